@@ -1,0 +1,5 @@
+"""Repository-level pytest hooks live in harness/pytest_plugin.py."""
+
+import harness  # noqa: F401  (switches Triton to its CPU interpreter before torch loads)
+
+pytest_plugins = ["harness.pytest_plugin"]

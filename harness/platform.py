@@ -1,0 +1,93 @@
+"""Where the harness runs: device, Triton interpreter switch, supported versions.
+
+This module must be imported before torch/triton/sglang kernels anywhere in the
+harness: Triton reads ``TRITON_INTERPRET`` once, at import time, so the switch to
+its CPU interpreter has to happen first (``harness/__init__.py`` imports us).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+
+SUPPORTED_SGLANG = ("0.5.17",)
+
+
+def _has_cuda_driver() -> bool:
+    """Decide GPU vs CPU without importing torch (which would freeze Triton's mode)."""
+    if os.environ.get("ATTN_HARNESS_FORCE_CPU") == "1":
+        return False
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return False
+    return os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
+
+
+HAS_GPU = _has_cuda_driver()
+if not HAS_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+DEVICE = "cuda" if HAS_GPU else "cpu"
+
+
+class UnsupportedVersionError(RuntimeError):
+    """Raised when the installed sglang is one whose contracts we have not read."""
+
+
+def installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_sglang_version() -> str:
+    version = installed_version("sglang")
+    if version is None:
+        raise UnsupportedVersionError(
+            "sglang is not installed; install it with "
+            "`pip install -c constraints-cpu.txt --no-deps sglang==0.5.17` (see README)."
+        )
+    if version not in SUPPORTED_SGLANG:
+        raise UnsupportedVersionError(
+            f"sglang {version} is installed, but attn-harness supports "
+            f"{', '.join(SUPPORTED_SGLANG)} only: its fixtures mirror that version's "
+            "scheduler contracts (seq_lens per mode, CUDA-graph hooks)."
+        )
+    return version
+
+
+def versions() -> dict[str, str | None]:
+    """Versions recorded with every run, so a result can be traced to its stack."""
+    import platform as _platform
+
+    names = {
+        "torch": "torch",
+        "triton": "triton",
+        "sglang": "sglang",
+        "flashinfer": "flashinfer-python",
+        "sgl_kernel": "sglang-kernel",
+        "flash_attn_4": "flash-attn-4",
+        "numpy": "numpy",
+    }
+    found = {key: installed_version(dist) for key, dist in names.items()}
+    found["python"] = _platform.python_version()
+    return found
+
+
+def device_description() -> dict[str, str | None]:
+    if not HAS_GPU:
+        return {"device": "cpu (TRITON_INTERPRET=1)", "driver": None}
+    import torch
+
+    driver = None
+    try:
+        import subprocess
+
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        ).stdout.strip().splitlines()[0]
+    except Exception:  # noqa: BLE001 - the driver string is informative only
+        driver = None
+    return {"device": torch.cuda.get_device_name(), "driver": driver}

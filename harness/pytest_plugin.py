@@ -1,0 +1,166 @@
+"""pytest wiring: cells from cases/*.yaml, known failures, per-cell result lines.
+
+Loaded from the repository's conftest.py. A malformed case file stops
+collection with one clear line (pytest.UsageError), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import platform
+from harness.cases import CASES_DIR, CaseFileError, load_all_cases
+from harness.cells import expand_cells, in_shard
+from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
+from harness.results import append_record, run_id, write_run_info
+
+ROOT = Path(__file__).resolve().parent.parent
+KNOWN_FAILURES = ROOT / "KNOWN_FAILURES.md"
+CRASH_MARKERS = ("illegal memory access", "CUDA error", "device-side assert", "unspecified launch failure")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("attn-harness")
+    group.addoption("--cases-dir", default=str(CASES_DIR), help="folder of case YAML files")
+    group.addoption("--shard", default="1/1", help="run shard i of n (round-robin over cells), e.g. 2/4")
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    try:
+        number, total = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard {text!r}: expected i/n, e.g. 1/4") from None
+    if not 1 <= number <= total:
+        raise pytest.UsageError(f"--shard {text!r}: i must be between 1 and n")
+    return number, total
+
+
+def pytest_configure(config):
+    run_id()  # set before xdist spawns workers, so all share one run folder
+    config.addinivalue_line("markers", "cell: a differential cell from cases/*.yaml")
+    try:
+        cases = load_all_cases(Path(config.getoption("--cases-dir")))
+        config._attn_known = load_known_failures(KNOWN_FAILURES)
+    except (CaseFileError, KnownFailuresError) as error:
+        raise pytest.UsageError(str(error)) from None
+    shard = _parse_shard(config.getoption("--shard"))
+    config._attn_shard = shard
+    config._attn_cells = [c for i, c in enumerate(expand_cells(cases)) if in_shard(i, shard)]
+    config._attn_started = time.time()
+
+
+def pytest_generate_tests(metafunc):
+    if "cell" in metafunc.fixturenames:
+        cells = metafunc.config._attn_cells
+        metafunc.parametrize("cell", cells, ids=[c.cell_id for c in cells])
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+        if cell is None:
+            continue
+        entry = match(config._attn_known, cell.record_keys())
+        if entry is not None:
+            item.user_properties.append(("known_failure", entry.id))
+            item.add_marker(pytest.mark.xfail(reason=f"known failure {entry.id}: {entry.reason}", strict=True))
+
+
+@pytest.fixture
+def cell_metrics(request):
+    """Let the test hand its comparison figures to the result line."""
+
+    def record(result):
+        worst = result.worst
+        request.node.user_properties.append(("metrics", dict(
+            max_abs_err=worst.max_abs_err, max_rel_err=worst.max_rel_err,
+            mismatch_frac=worst.mismatch_frac, tolerance={"atol": worst.atol, "rtol": worst.rtol})))
+
+    return record
+
+
+def _rerun(item) -> str:
+    return f"pytest {shlex.quote(item.nodeid)}"
+
+
+def _status(report, known: str | None) -> str:
+    if report.skipped and hasattr(report, "wasxfail"):
+        return "xfailed"
+    if report.skipped:
+        return "skipped"
+    if report.passed and hasattr(report, "wasxfail"):
+        return "xpassed"
+    if report.failed and known and "XPASS" in str(report.longrepr):
+        return "xpassed"
+    return "passed" if report.passed else "failed"
+
+
+def _reason(report) -> str | None:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return report.longrepr[2].removeprefix("Skipped: ")
+    if getattr(report, "wasxfail", None):
+        return report.wasxfail
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        return (crash.message if crash else str(report.longrepr)).splitlines()[0][:500]
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+    if cell is None or not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        return
+    props = dict(item.user_properties)
+    if report.failed and report.when == "call" and props.get("known_failure") is None:
+        report.sections.append(("rerun", _rerun(item)))
+    status = _status(report, props.get("known_failure"))
+    reason = _reason(report)
+    if status == "failed" and reason and any(m in reason for m in CRASH_MARKERS):
+        status = "crashed"
+    append_record({
+        **cell.record_keys(), "status": status, "reason": reason,
+        "known_failure": props.get("known_failure"),
+        **{k: None for k in ("max_abs_err", "max_rel_err", "mismatch_frac", "tolerance")},
+        **props.get("metrics", {}),
+        "wall_s": round(report.duration, 4), "nodeid": item.nodeid, "rerun": _rerun(item),
+    }, worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    if status == "crashed":
+        # A sticky CUDA error poisons this process: leave, so xdist replaces the
+        # worker and every other cell keeps running in a clean one.
+        sys.stderr.write(f"\n[attn-harness] {cell.cell_id} crashed the device context; worker exits\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if hasattr(config, "workerinput") or not hasattr(config, "_attn_cells"):
+        return
+    for report in terminalreporter.stats.get("failed", []):
+        terminalreporter.write_line(f"rerun: pytest {shlex.quote(report.nodeid)}")
+    for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells]):
+        terminalreporter.write_line(f"STALE known failure {entry.id}: matches no cell of this run", yellow=True)
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if hasattr(config, "workerinput") or not hasattr(config, "_attn_cells"):
+        return
+    info = {
+        "run_id": run_id(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(config._attn_started)),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **platform.device_description(), "versions": platform.versions(),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "shard": "/".join(map(str, config._attn_shard)),
+        "workers": getattr(config.option, "numprocesses", None) or 0,
+        "wall_s": round(time.time() - config._attn_started, 2),
+    }
+    write_run_info(info)

@@ -1,0 +1,114 @@
+"""sglang's process-wide state and the model-runner stand-in a backend is built from.
+
+Backends read server args and parallel topology through sglang's global
+getters, and a handful of attributes off ``model_runner``. We set the former
+through sglang's own test-override helpers and give the latter as plain data:
+only what backends read, listed in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+from typing import Iterator
+
+from harness.cases import CaseSpec
+
+SINGLE_RANK = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0,
+                   attn_dcp_size=1, attn_dcp_rank=0, dcp_size=1, dcp_rank=0,
+                   attn_cp_size=1, attn_cp_rank=0, attn_dp_size=1, attn_dp_rank=0)
+
+
+def server_fields(spec: CaseSpec, backend_arg: str, num_draft_tokens: int) -> dict:
+    """Server args as a speculative-decoding deployment of this case would set them."""
+    return dict(
+        attention_backend=backend_arg,
+        page_size=spec.page_size,
+        disable_cuda_graph=True,
+        chunked_prefill_size=-1,
+        speculative_algorithm="EAGLE",
+        speculative_eagle_topk=spec.topk,
+        speculative_num_steps=spec.num_steps,
+        speculative_num_draft_tokens=num_draft_tokens,
+        triton_attention_num_kv_splits=8,
+        kv_cache_dtype="auto",
+    )
+
+
+@contextlib.contextmanager
+def sglang_state(fields: dict) -> Iterator[object]:
+    """Install server args + single-rank parallel state; restore them afterwards."""
+    from sglang.srt.runtime_context import get_context, get_parallel
+
+    override = get_context().override_server_args(**fields)
+    server_args = override.install()
+    try:
+        with get_parallel().override(**SINGLE_RANK):
+            yield server_args
+    finally:
+        override.restore()
+
+
+def model_config(spec: CaseSpec, context_len: int) -> SimpleNamespace:
+    import torch
+    import transformers
+    from sglang.srt.configs.model_config import AttentionArch
+
+    hf_config = transformers.LlamaConfig(
+        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
+        hidden_size=spec.num_heads * spec.head_dim, head_dim=spec.head_dim,
+        num_hidden_layers=1, max_position_embeddings=context_len,
+    )
+    return SimpleNamespace(
+        attention_arch=AttentionArch.MHA,
+        get_max_num_attention_heads=lambda: spec.num_heads,
+        get_num_kv_heads=lambda tp_size: spec.num_kv_heads // tp_size,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        v_head_dim=spec.head_dim,
+        swa_v_head_dim=None,
+        context_len=context_len,
+        is_encoder_decoder=False,
+        is_multimodal=False,
+        is_local_attention_model=False,
+        is_hybrid_swa=False,
+        hf_config=hf_config,
+        hf_text_config=hf_config,
+        linear_attn_registry_result=None,
+        num_hidden_layers=1,
+        dtype=getattr(torch, spec.dtype),
+    )
+
+
+def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: str,
+                 is_draft_worker: bool) -> SimpleNamespace:
+    import torch
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    dtype = getattr(torch, spec.dtype)
+    return SimpleNamespace(
+        req_to_token_pool=pools.req_to_token,
+        token_to_kv_pool=pools.kv,
+        token_to_kv_pool_allocator=SimpleNamespace(page_size=spec.page_size,
+                                                   get_kvcache=lambda: pools.kv),
+        sliding_window_size=None,
+        page_size=spec.page_size,
+        model_config=model_config(spec, pools.context_len),
+        device=device,
+        gpu_id=0,
+        ps=ParallelState.trivial(),
+        server_args=server_args,
+        is_draft_worker=is_draft_worker,
+        spec_algorithm=SpeculativeAlgorithm.EAGLE,
+        kv_cache_dtype=dtype,
+        kv_cache_dtype_str="auto",
+        dtype=dtype,
+        is_hybrid_swa=False,
+        attention_chunk_size=None,
+        use_mla_backend=False,
+        init_new_workspace=False,
+        plan_stream_for_flashinfer=None,
+        canary_manager=None,
+    )

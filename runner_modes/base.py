@@ -1,0 +1,70 @@
+"""What a forward mode is, as data the generic runners consume.
+
+A mode says how many token slots each request's row needs, which forwards a
+case makes (each with its query tokens, the K/V each writes, and what each may
+see), and how sglang's scheduler fills the ForwardBatch for it. Runners (eager,
+CUDA graph) and the reference never branch on the mode's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from harness.cases import CaseSpec
+from harness.reference import Query
+
+
+@dataclass(frozen=True)
+class ForwardStep:
+    """One backend forward: query rows, the row position each writes, what each sees."""
+
+    queries: list[Query]
+    writes: list[tuple[int, int]]  # (request, row position) per query row
+    labels: list[str]
+
+
+class SpecMode(Protocol):
+    name: str
+    backend_role: str  # "target", "draft" or "draft_multi_step": which backend object runs it
+
+    def row_lens(self, spec: CaseSpec) -> list[int]: ...
+    def num_draft_tokens(self, spec: CaseSpec) -> int: ...
+    def steps(self, spec: CaseSpec) -> list[ForwardStep]: ...
+    def forward_batch(self, state, steps: list[ForwardStep]): ...
+    def step_views(self, backend, forward_batch) -> list[tuple[object, object]]: ...
+
+
+def host_mirror(state, values: list[int], *, kept_on_gpu_only: bool = False):
+    """A CPU mirror as the scheduler passes it, or None where the case drops it.
+
+    ``kept_on_gpu_only`` marks mirrors production still supplies on the
+    GPU-only path (e.g. DRAFT_EXTEND_V2's extend_seq_lens_cpu).
+    """
+    mirrors = state.spec.host_mirrors
+    if mirrors == "full" or (mirrors == "gpu_only" and kept_on_gpu_only):
+        return values
+    return None
+
+
+def base_fields(state, forward_mode, *, seq_lens: list[int], out_slots: list[int],
+                num_tokens: int, positions: list[int], spec_info) -> dict:
+    """ForwardBatch fields every mode sets the same way."""
+    import torch
+
+    mirrored = host_mirror(state, seq_lens)
+    return dict(
+        forward_mode=forward_mode,
+        batch_size=state.spec.bs,
+        input_ids=torch.zeros(num_tokens, dtype=torch.int64, device=state.device),
+        req_pool_indices=state.tensor(state.layout.req_pool_indices),
+        seq_lens=state.tensor(seq_lens),
+        out_cache_loc=state.tensor(out_slots),
+        seq_lens_sum=sum(mirrored) if mirrored is not None else None,
+        seq_lens_cpu=torch.tensor(mirrored, dtype=torch.int64) if mirrored is not None else None,
+        positions=state.tensor(positions),
+        spec_info=spec_info,
+    )
+
+
+ModeFactory = Callable[[], SpecMode]

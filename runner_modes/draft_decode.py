@@ -1,0 +1,80 @@
+"""Multi-step draft decode: topk branches per request, one token each per step.
+
+Production contract (sglang 0.5.17, eagle_worker_common.prepare_for_draft and
+generate_draft_decode_kv_indices): one ForwardBatch in DECODE mode covers all
+steps; seq_lens = committed prefix; positions = prefix repeated per branch;
+out_cache_loc holds bs * topk * num_steps slots, branch k of request b owning
+row positions prefix + k * num_steps + s. Step s (0 .. num_steps - 2) runs on
+the multi-step backend's s-th backend; each branch's query sees the prefix and
+its own branch's tokens 0..s (its own token included, written by this step).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.cases import CaseSpec
+from harness.reference import Query
+from runner_modes.base import ForwardStep, base_fields
+
+
+class DraftDecode:
+    name = "draft_decode"
+    backend_role = "draft_multi_step"
+
+    def num_draft_tokens(self, spec: CaseSpec) -> int:
+        return spec.topk * spec.num_steps + 1 if spec.topk > 1 else spec.num_steps + 1
+
+    def row_lens(self, spec: CaseSpec) -> list[int]:
+        return [p + spec.topk * spec.num_steps for p in spec.prefix_lens]
+
+    def branch_position(self, spec: CaseSpec, request: int, branch: int, step: int) -> int:
+        return spec.prefix_lens[request] + branch * spec.num_steps + step
+
+    def steps(self, spec: CaseSpec) -> list[ForwardStep]:
+        steps = []
+        for step in range(spec.num_steps - 1):
+            queries, writes, labels = [], [], []
+            for request, prefix in enumerate(spec.prefix_lens):
+                for branch in range(spec.topk):
+                    own = [self.branch_position(spec, request, branch, s) for s in range(step + 1)]
+                    queries.append(Query(request, (*range(prefix), *own)))
+                    writes.append((request, own[-1]))
+                    labels.append(f"step {step} request {request} branch {branch}")
+            steps.append(ForwardStep(queries, writes, labels))
+        return steps
+
+    def forward_batch(self, state, steps: list[ForwardStep]):
+        from sglang.srt.model_executor.forward_batch_info import (
+            CaptureHiddenMode, ForwardBatch, ForwardMode)
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+        spec = state.spec
+        out_slots = [state.layout.row_slots[r][self.branch_position(spec, r, k, s)]
+                     for r in range(spec.bs) for k in range(spec.topk) for s in range(spec.num_steps)]
+        positions = [p for p in spec.prefix_lens for _ in range(spec.topk)]
+        spec_info = EagleDraftInput(capture_hidden_mode=CaptureHiddenMode.LAST,
+                                    num_tokens_per_req=spec.topk,
+                                    num_tokens_for_logprob_per_req=spec.topk)
+        fields = base_fields(state, ForwardMode.DECODE, seq_lens=list(spec.prefix_lens),
+                             out_slots=out_slots, num_tokens=spec.bs * spec.topk,
+                             positions=positions, spec_info=spec_info)
+        spec_info.positions = fields["positions"]
+        return ForwardBatch(**fields)
+
+    def step_views(self, backend, forward_batch):
+        """Per step: that step's backend and the batch writing that step's slots."""
+        import copy
+
+        spec_bs, topk = forward_batch.batch_size, forward_batch.spec_info.num_tokens_per_req
+        per_step = (forward_batch.out_cache_loc.view(spec_bs, topk, -1)
+                    .permute(2, 0, 1).reshape(-1, spec_bs * topk))
+        views = []
+        for step, step_backend in enumerate(backend.attn_backends):
+            view = copy.copy(forward_batch)
+            view.out_cache_loc = per_step[step].contiguous()
+            views.append((step_backend, view))
+        return views
+
+
+MODE = DraftDecode()

@@ -1,0 +1,15 @@
+"""Eager form: init metadata once, then one backend forward per step, as the workers do."""
+
+from __future__ import annotations
+
+from harness.forward_inputs import StepInputs
+
+
+def run_eager(mode, backend, forward_batch, step_inputs: list[StepInputs], layer) -> list:
+    """Return each step's output [tokens, heads * head_dim]."""
+    backend.init_forward_metadata(forward_batch)
+    outputs = []
+    for inputs, (step_backend, view) in zip(step_inputs, mode.step_views(backend, forward_batch)):
+        view._attn_output = inputs.poisoned_output()
+        outputs.append(step_backend.forward(inputs.q, inputs.k, inputs.v, layer, view))
+    return outputs

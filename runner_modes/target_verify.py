@@ -1,0 +1,112 @@
+"""TARGET_VERIFY: the target model scores a window of draft tokens per request.
+
+Production contract (sglang 0.5.17, eagle_worker_v2 / EagleVerifyInput):
+seq_lens = committed prefix only; the window's K/V arrive with the forward and
+are written at out_cache_loc; seq_lens_sum / seq_lens_cpu mirror the prefix
+(None on the GPU-only path). A chain (topk 1) is causal within the window; a
+tree (topk > 1) lets each token see the prefix, its ancestors and itself,
+given to backends as spec_info.custom_mask: per request a
+[window, prefix + window] boolean block, flattened.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.cases import CaseSpec
+from harness.reference import Query
+from runner_modes.base import ForwardStep, base_fields
+
+
+def draft_tree(spec: CaseSpec, request: int) -> list[int]:
+    """Parent of each window token (-1 for the root), as EAGLE builds trees.
+
+    Parents precede children; each node has at most topk children and depth at
+    most num_steps. A chain is parent[j] = j - 1. Trees vary per request.
+    """
+    window = spec.input_lens[0]
+    if spec.topk == 1:
+        return [j - 1 for j in range(window)]
+    gen = torch.Generator().manual_seed(spec.seed * 1000 + request)
+    parents, depth, children = [-1], [0], [0]
+    for _ in range(1, window):
+        open_nodes = [n for n in range(len(parents))
+                      if depth[n] < spec.num_steps and children[n] < spec.topk]
+        parent = open_nodes[int(torch.randint(len(open_nodes), (1,), generator=gen))]
+        parents.append(parent)
+        depth.append(depth[parent] + 1)
+        children.append(0)
+        children[parent] += 1
+    return parents
+
+
+def ancestors_or_self(parents: list[int], node: int) -> list[int]:
+    chain = []
+    while node != -1:
+        chain.append(node)
+        node = parents[node]
+    return sorted(chain)
+
+
+class TargetVerify:
+    name = "target_verify"
+    backend_role = "target"
+
+    def num_draft_tokens(self, spec: CaseSpec) -> int:
+        return spec.input_lens[0]
+
+    def row_lens(self, spec: CaseSpec) -> list[int]:
+        return [p + self.num_draft_tokens(spec) for p in spec.prefix_lens]
+
+    def steps(self, spec: CaseSpec) -> list[ForwardStep]:
+        queries, writes, labels = [], [], []
+        for request, prefix in enumerate(spec.prefix_lens):
+            parents = draft_tree(spec, request)
+            for node in range(len(parents)):
+                seen = [*range(prefix), *(prefix + a for a in ancestors_or_self(parents, node))]
+                queries.append(Query(request, tuple(seen)))
+                writes.append((request, prefix + node))
+                labels.append(f"request {request} draft token {node}")
+        return [ForwardStep(queries, writes, labels)]
+
+    def custom_mask(self, spec: CaseSpec) -> torch.Tensor:
+        blocks = []
+        for request, prefix in enumerate(spec.prefix_lens):
+            parents = draft_tree(spec, request)
+            block = torch.zeros(len(parents), prefix + len(parents), dtype=torch.bool)
+            block[:, :prefix] = True
+            for node in range(len(parents)):
+                block[node, [prefix + a for a in ancestors_or_self(parents, node)]] = True
+            blocks.append(block.flatten())
+        return torch.cat(blocks)
+
+    def forward_batch(self, state, steps: list[ForwardStep]):
+        from sglang.srt.model_executor.forward_batch_info import (
+            CaptureHiddenMode, ForwardBatch, ForwardMode)
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+        spec = state.spec
+        window = self.num_draft_tokens(spec)
+        writes = steps[0].writes
+        positions = [position for _, position in writes]
+        fields = base_fields(
+            state, ForwardMode.TARGET_VERIFY, seq_lens=list(spec.prefix_lens),
+            out_slots=[state.layout.row_slots[r][p] for r, p in writes],
+            num_tokens=len(writes), positions=positions, spec_info=None)
+        no_tree = torch.full((spec.bs, window), -1, dtype=torch.long, device=state.device)
+        fields["spec_info"] = EagleVerifyInput(
+            draft_token=torch.zeros(len(writes), dtype=torch.long, device=state.device),
+            custom_mask=self.custom_mask(spec).to(state.device),
+            positions=fields["positions"],
+            retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
+            retrieve_cum_len=None, spec_steps=spec.num_steps, topk=spec.topk,
+            draft_token_num=window, capture_hidden_mode=CaptureHiddenMode.FULL,
+            seq_lens_sum=fields["seq_lens_sum"], seq_lens_cpu=fields["seq_lens_cpu"],
+        )
+        return ForwardBatch(**fields)
+
+    def step_views(self, backend, forward_batch):
+        return [(backend, forward_batch)]
+
+
+MODE = TargetVerify()
