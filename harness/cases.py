@@ -20,7 +20,7 @@ Mode = Literal["target_verify", "draft_extend_v2", "draft_decode"]
 Dtype = Literal["float32", "float16", "bfloat16"]
 KvLayout = Literal["shuffled", "contiguous", "interleaved", "non_monotonic"]
 HostMirrors = Literal["full", "gpu_only", "none"]
-Runner = Literal["eager", "cuda_graph"]
+Runner = Literal["eager", "cuda_graph", "cg_meta"]
 PadStyle = Literal["prod_fill", "small_real"]
 BackendName = Literal["triton", "flashinfer", "fa3", "fa4", "torch_native"]
 
@@ -57,7 +57,7 @@ class CaseSpec(BaseModel):
         description="full: CPU mirrors as the scheduler passes them; gpu_only: the GPU-only "
         "path's Nones, exactly as production passes them; none: every *_cpu / seq_lens_sum None",
     )
-    runners: list[Runner] = ["eager", "cuda_graph"]
+    runners: list[Runner] = ["eager", "cuda_graph", "cg_meta"]
     pad_styles: list[PadStyle] = ["prod_fill", "small_real"]
     capture_bs: list[int] = Field(
         default=[],

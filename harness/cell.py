@@ -1,26 +1,31 @@
-"""One cell: (case, backend, runner form) -> comparisons, end to end.
+"""One cell: (case, backend, runner form, padding) -> comparisons, end to end.
 
 This is the path a reader follows: case -> layout and pools -> ForwardBatch as
 the scheduler fills it -> the backend entry builds sglang's backend -> the
-runner form executes it -> each step's output against the reference.
+runner form executes it -> each step's output against the reference (and, for
+CUDA graphs, against the same batch run eagerly).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from harness import platform
 from harness.backends import BACKENDS
 from harness.batch import build_state
-from harness.cases import Case
+from harness.cases import CaseSpec
+from harness.cells import Cell
 from harness.compare import Comparison, compare
 from harness.forward_inputs import draw_inputs
 from harness.kv_layout import build_layout
 from harness.sglang_env import model_runner, server_fields, sglang_state
 from runner_modes import MODES
+from runner_modes.cuda_graph import GraphPlan, run_cuda_graph
 from runner_modes.eager import run_eager
 
-RUNNERS = {"eager": run_eager}
+SMALL_REAL_PREFIXES = (1, 2, 3)
 
 
 class CellSkipped(Exception):
@@ -29,27 +34,35 @@ class CellSkipped(Exception):
 
 @dataclass(frozen=True)
 class CellResult:
-    comparisons: list[Comparison]
+    comparisons: dict[str, Comparison]  # "what vs what, step i" -> comparison
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.comparisons)
+        return all(c.ok for c in self.comparisons.values())
 
     @property
     def worst(self) -> Comparison:
-        return max(self.comparisons, key=lambda c: (not c.ok, c.mismatch_frac, c.max_abs_err))
+        return max(self.comparisons.values(), key=lambda c: (not c.ok, c.mismatch_frac, c.max_abs_err))
 
     def describe(self) -> str:
-        bad = [f"step {i}: {c.describe()}" for i, c in enumerate(self.comparisons) if not c.ok]
+        bad = [f"{name}: {c.describe()}" for name, c in self.comparisons.items() if not c.ok]
         return "; ".join(bad) or self.worst.describe()
 
 
-def skip_reason(case: Case, backend: str, runner: str) -> str | None:
-    if runner not in RUNNERS:
-        return f"runner form '{runner}' is not available yet"
-    if runner == "cuda_graph" and not platform.HAS_GPU:
-        return "CUDA-graph capture needs a GPU"
-    return BACKENDS[backend].skip_reason(case.mode, case.spec)
+# Runner forms and where they cannot run: data, read by skip_reason.
+RUNNER_LIMITS = {
+    "cuda_graph": lambda cell: None if platform.HAS_GPU else "CUDA-graph capture needs a GPU",
+    "cg_meta": lambda cell: (
+        "cg_meta (graph hooks, eager forwards) is the CPU stand-in; on a GPU the cuda_graph form runs"
+        if platform.HAS_GPU else
+        None if cell.backend == "triton" else
+        f"cg_meta needs a backend whose forwards read only its graph buffers; {cell.backend} is not checked for that"),
+    "eager": lambda cell: None,
+}
+
+
+def skip_reason(cell: Cell) -> str | None:
+    return RUNNER_LIMITS[cell.runner](cell) or BACKENDS[cell.backend].skip_reason(cell.case.mode, cell.case.spec)
 
 
 def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
@@ -70,29 +83,65 @@ def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
             "(decide_needs_cpu_seq_lens, sglang PR #26128)")
 
 
-def run_cell(case: Case, backend: str, runner: str) -> CellResult:
-    reason = skip_reason(case, backend, runner)
+def with_small_real_requests(spec: CaseSpec, capture_bs: int) -> CaseSpec:
+    """small_real padding: fill the captured batch with short genuine requests."""
+    extra = capture_bs - spec.bs
+    prefixes = [SMALL_REAL_PREFIXES[i % len(SMALL_REAL_PREFIXES)] for i in range(extra)]
+    update = dict(bs=capture_bs, prefix_lens=[*spec.prefix_lens, *prefixes])
+    if spec.input_lens is not None:
+        update["input_lens"] = [*spec.input_lens, *[spec.input_lens[0]] * extra]
+    return spec.model_copy(update=update)
+
+
+def _compare_steps(label: str, outputs, expected, steps, real_bs: int, spec: CaseSpec) -> dict:
+    """Compare only rows of the case's own requests (small_real fillers are not asserted)."""
+    shape = (-1, spec.num_heads, spec.head_dim)
+    found = {}
+    for index, (out, want, step) in enumerate(zip(outputs, expected, steps)):
+        rows = torch.tensor([q.request < real_bs for q in step.queries])
+        labels = [lab for lab, keep in zip(step.labels, rows.tolist()) if keep]
+        found[f"{label} step {index}"] = compare(out.reshape(shape).cpu()[rows], want[rows], spec.dtype, labels)
+    return found
+
+
+def run_cell(cell: Cell) -> CellResult:
+    reason = skip_reason(cell)
     if reason:
         raise CellSkipped(reason)
     from sglang.srt.layers.radix_attention import RadixAttention
 
     platform.check_sglang_version()
-    mode, spec, entry = MODES[case.mode], case.spec, BACKENDS[backend]
+    mode, entry, real_bs = MODES[cell.case.mode], BACKENDS[cell.backend], cell.case.spec.bs
+    spec = (with_small_real_requests(cell.case.spec, cell.capture_bs)
+            if cell.padding == "small_real" else cell.case.spec)
     row_lens = mode.row_lens(spec)
-    layout = build_layout(spec.kv_layout, row_lens, spec.page_size, spec.seed)
+    layout = build_layout(spec.kv_layout, row_lens, spec.page_size, spec.seed,
+                          extra_rows=cell.capture_bs or 0)
     fields = server_fields(spec, entry.server_arg, mode.num_draft_tokens(spec))
     with sglang_state(fields) as server_args:
         state = build_state(spec, layout, row_lens, platform.DEVICE)
         runner_obj = model_runner(spec, state.pools, server_args, platform.DEVICE,
                                   is_draft_worker=mode.backend_role != "target")
         attn_backend = entry.build(mode.backend_role, runner_obj, spec)
-        _check_host_mirrors(spec, backend, server_args, attn_backend)
+        _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
         scale = spec.head_dim ** -0.5
         layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0)
         steps = mode.steps(spec)
         inputs = draw_inputs(state, steps, scale)
         forward_batch = mode.forward_batch(state, steps)
-        outputs = RUNNERS[runner](mode, attn_backend, forward_batch, inputs, layer)
+        expected = [i.expected for i in inputs]
+        if cell.runner == "eager":
+            outputs = run_eager(mode, attn_backend, forward_batch, inputs, layer)
+            return CellResult(_compare_steps("eager vs reference", outputs, expected, steps, real_bs, spec))
+        plan = GraphPlan(capture_bs=cell.capture_bs if cell.padding == "prod_fill" else spec.bs,
+                         capture=cell.runner == "cuda_graph")
+        replayed = run_cuda_graph(mode, attn_backend, forward_batch, inputs, layer, plan,
+                                  mode.tokens_per_request(spec))
+        eager = run_eager(mode, attn_backend, forward_batch, inputs, layer)
     shape = (-1, spec.num_heads, spec.head_dim)
-    return CellResult([compare(out.reshape(shape), step_in.expected, spec.dtype, step.labels)
-                       for out, step_in, step in zip(outputs, inputs, steps)])
+    eager64 = [out.reshape(shape).to("cpu", torch.float64) for out in eager]
+    return CellResult({
+        **_compare_steps("replay vs reference", replayed, expected, steps, real_bs, spec),
+        **_compare_steps("eager vs reference", eager, expected, steps, real_bs, spec),
+        **_compare_steps("replay vs eager", replayed, eager64, steps, real_bs, spec),
+    })

@@ -1,4 +1,4 @@
-"""The cell matrix: every (case, backend, runner form) a run covers, with readable ids."""
+"""The cell matrix: every (case, backend, runner form, padding) a run covers, with readable ids."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ class Cell:
     case: Case
     backend: str
     runner: str
+    capture_bs: int | None = None  # graph forms only
+    padding: str | None = None  # prod_fill | small_real; None when nothing is padded
 
     @property
     def cell_id(self) -> str:
-        return f"{self.case.case_id}-{self.backend}-{self.runner}"
+        graph = f"-cbs{self.capture_bs}-{self.padding or 'nopad'}" if self.runner in GRAPH_RUNNERS else ""
+        return f"{self.case.case_id}-{self.backend}-{self.runner}{graph}"
 
     @property
     def variant(self) -> str:
@@ -27,12 +30,29 @@ class Cell:
         """The fields reports group by (see harness/reporting)."""
         return dict(cell_id=self.cell_id, case=self.case.spec.name, backend=self.backend,
                     mode=self.case.mode, variant=self.variant, runner=self.runner,
-                    padding=None, capture_bs=None)
+                    padding=self.padding, capture_bs=self.capture_bs)
+
+
+GRAPH_RUNNERS = ("cuda_graph", "cg_meta")
+
+
+def _graph_cells(case: Case, backend: str, runner: str) -> list[Cell]:
+    spec = case.spec
+    cells = []
+    for capture_bs in spec.capture_sizes:
+        styles = spec.pad_styles if capture_bs > spec.bs else [None]
+        cells += [Cell(case, backend, runner, capture_bs, style) for style in styles]
+    return cells
 
 
 def expand_cells(cases: list[Case]) -> list[Cell]:
-    return [Cell(case, backend, runner)
-            for case in cases for backend in case.spec.backends for runner in case.spec.runners]
+    cells = []
+    for case in cases:
+        for backend in case.spec.backends:
+            for runner in case.spec.runners:
+                cells += (_graph_cells(case, backend, runner) if runner in GRAPH_RUNNERS
+                          else [Cell(case, backend, runner)])
+    return cells
 
 
 def in_shard(index: int, shard: tuple[int, int]) -> bool:

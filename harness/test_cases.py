@@ -9,7 +9,7 @@ from harness.cell import CellSkipped, run_cell
 
 def test_cell(cell, cell_metrics):
     try:
-        result = run_cell(cell.case, cell.backend, cell.runner)
+        result = run_cell(cell)
     except CellSkipped as reason:
         pytest.skip(str(reason))
     cell_metrics(result)

@@ -77,4 +77,14 @@ class DraftDecode:
         return views
 
 
+    def tokens_per_request(self, spec: CaseSpec) -> int:
+        return spec.topk
+
+    def capture_spec_info(self, spec_info, static, tokens_per_request: int):
+        return spec_info
+
+    def replay_spec_info(self, spec_info, static, tokens_per_request: int):
+        return spec_info
+
+
 MODE = DraftDecode()

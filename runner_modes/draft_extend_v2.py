@@ -10,6 +10,8 @@ still supplied ([window] * bs) so backends need no device sync.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from harness.cases import CaseSpec
@@ -67,6 +69,24 @@ class DraftExtendV2:
 
     def step_views(self, backend, forward_batch):
         return [(backend, forward_batch)]
+
+    def tokens_per_request(self, spec: CaseSpec) -> int:
+        return self.num_draft_tokens(spec)
+
+    def capture_spec_info(self, spec_info, static, tokens_per_request: int):
+        return self.replay_spec_info(spec_info, static, tokens_per_request)
+
+    def replay_spec_info(self, spec_info, static, tokens_per_request: int):
+        """As EAGLEDraftExtendCudaGraphRunner.execute: padded window lengths on spec_info."""
+        padded = copy.copy(spec_info)
+        window = torch.full((static.batch_size,), tokens_per_request, dtype=torch.int32,
+                            device=static.seq_lens.device)
+        padded.num_correct_drafts = window
+        padded.num_accept_tokens = window
+        padded.positions = static.positions
+        padded.extend_seq_lens_tensor = static.extend_seq_lens
+        padded.extend_seq_lens_cpu = [tokens_per_request] * static.batch_size
+        return padded
 
 
 MODE = DraftExtendV2()

@@ -11,6 +11,8 @@ given to backends as spec_info.custom_mask: per request a
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from harness.cases import CaseSpec
@@ -107,6 +109,22 @@ class TargetVerify:
 
     def step_views(self, backend, forward_batch):
         return [(backend, forward_batch)]
+
+    def tokens_per_request(self, spec: CaseSpec) -> int:
+        return self.num_draft_tokens(spec)
+
+    def capture_spec_info(self, spec_info, static, tokens_per_request: int):
+        """The decode graph runner captures with an all-True mask buffer."""
+        capture = copy.copy(spec_info)
+        fill_rows = static.batch_size * (int(static.seq_lens.max()) + tokens_per_request)
+        capture.custom_mask = torch.ones(fill_rows * tokens_per_request, dtype=torch.bool,
+                                         device=static.seq_lens.device)
+        capture.positions = static.positions
+        return capture
+
+    def replay_spec_info(self, spec_info, static, tokens_per_request: int):
+        """Replay hands the backend the raw (unpadded) verify input."""
+        return spec_info
 
 
 MODE = TargetVerify()
