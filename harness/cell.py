@@ -76,7 +76,9 @@ def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
         return
     from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
 
-    if decide_needs_cpu_seq_lens(server_args, [attn_backend]):
+    # The worker passes all its backend slots; an unset one (e.g. no separate
+    # draft-extend backend) is None, and sglang must skip it.
+    if decide_needs_cpu_seq_lens(server_args, [attn_backend, None]):
         raise CellSkipped(
             f"{backend} declares needs_cpu_seq_lens (or leaves it undeclared), so sglang's scheduler "
             "keeps seq_lens_cpu/seq_lens_sum for it: the GPU-only path never reaches it "
@@ -134,7 +136,9 @@ def run_cell(cell: Cell) -> CellResult:
             outputs = run_eager(mode, attn_backend, forward_batch, inputs, layer)
             return CellResult(_compare_steps("eager vs reference", outputs, expected, steps, real_bs, spec))
         plan = GraphPlan(capture_bs=cell.capture_bs if cell.padding == "prod_fill" else spec.bs,
-                         capture=cell.runner == "cuda_graph")
+                         capture=cell.runner == "cuda_graph", topk=spec.topk,
+                         context_len=state.pools.context_len,
+                         multi_step=mode.backend_role == "draft_multi_step")
         replayed = run_cuda_graph(mode, attn_backend, forward_batch, inputs, layer, plan,
                                   mode.tokens_per_request(spec))
         eager = run_eager(mode, attn_backend, forward_batch, inputs, layer)

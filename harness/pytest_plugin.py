@@ -19,9 +19,11 @@ from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cells import expand_cells, in_shard
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
 from harness.results import append_record, run_id, write_run_info
+from harness.seed_bugs import ReplayError, inject
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_FAILURES = ROOT / "KNOWN_FAILURES.md"
+_CONTROLLER: dict = {}  # the controller's config, for hooks that are not handed one
 CRASH_MARKERS = ("illegal memory access", "CUDA error", "device-side assert", "unspecified launch failure")
 
 
@@ -29,6 +31,7 @@ def pytest_addoption(parser):
     group = parser.getgroup("attn-harness")
     group.addoption("--cases-dir", default=str(CASES_DIR), help="folder of case YAML files")
     group.addoption("--shard", default="1/1", help="run shard i of n (round-robin over cells), e.g. 2/4")
+    group.addoption("--replay", default=None, help="inject a seed bug (harness/seed_bugs.py) for this run")
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -43,6 +46,11 @@ def _parse_shard(text: str) -> tuple[int, int]:
 
 def pytest_configure(config):
     run_id()  # set before xdist spawns workers, so all share one run folder
+    if config.getoption("--replay"):
+        try:
+            inject(config.getoption("--replay"))
+        except ReplayError as error:
+            raise pytest.UsageError(str(error)) from None
     config.addinivalue_line("markers", "cell: a differential cell from cases/*.yaml")
     try:
         cases = load_all_cases(Path(config.getoption("--cases-dir")))
@@ -53,6 +61,8 @@ def pytest_configure(config):
     config._attn_shard = shard
     config._attn_cells = [c for i, c in enumerate(expand_cells(cases)) if in_shard(i, shard)]
     config._attn_started = time.time()
+    if not hasattr(config, "workerinput"):
+        _CONTROLLER["config"] = config
 
 
 def pytest_generate_tests(metafunc):
@@ -141,6 +151,23 @@ def pytest_runtest_makereport(item, call):
         os._exit(3)
 
 
+def pytest_runtest_logreport(report):
+    """Controller side: a worker that died mid-cell (segfault, os._exit) leaves no line; write it."""
+    config = _CONTROLLER.get("config")
+    if config is None or "crashed while running" not in str(report.longrepr or ""):
+        return
+    cells = {c.cell_id: c for c in config._attn_cells}
+    cell = cells.get(report.nodeid.rpartition("[")[2].rstrip("]"))
+    if cell is None:
+        return
+    append_record({
+        **cell.record_keys(), "status": "crashed", "reason": str(report.longrepr).splitlines()[0][:500],
+        "known_failure": None, "max_abs_err": None, "max_rel_err": None, "mismatch_frac": None,
+        "tolerance": None, "wall_s": round(report.duration, 4), "nodeid": report.nodeid,
+        "rerun": f"pytest {shlex.quote(report.nodeid)}",
+    }, worker="controller")
+
+
 def pytest_terminal_summary(terminalreporter, config):
     if hasattr(config, "workerinput") or not hasattr(config, "_attn_cells"):
         return
@@ -161,6 +188,7 @@ def pytest_sessionfinish(session):
         "command": " ".join(shlex.quote(a) for a in sys.argv),
         "shard": "/".join(map(str, config._attn_shard)),
         "workers": getattr(config.option, "numprocesses", None) or 0,
+        "replay": config.getoption("--replay"),
         "wall_s": round(time.time() - config._attn_started, 2),
     }
     write_run_info(info)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from harness.forward_inputs import StepInputs
+from harness.guards import Guards, guard_graph_indices
+from harness.invariants import check_backend, check_graph_capacity
 from runner_modes.padding import pad_rows, padded_host_fields
 
 
@@ -29,6 +31,9 @@ from runner_modes.padding import pad_rows, padded_host_fields
 class GraphPlan:
     capture_bs: int
     capture: bool  # False: cg_meta form, the same hooks and buffers with eager forwards
+    topk: int
+    context_len: int
+    multi_step: bool  # draft decode: one kv_indices row per step, topk branches per request
 
 
 def fill_value(backend) -> int:
@@ -78,6 +83,9 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
     static = _static_batch(mode, real_fb, capture_bs, fill, tokens_per_request)
     rows = capture_bs * tokens_per_request
     backend.init_cuda_graph_state(capture_bs, rows)
+    check_graph_capacity(backend, capture_bs, plan.topk, plan.context_len, plan.multi_step)
+    guards = Guards()
+    guard_graph_indices(guards, backend)
 
     def zeros_like_rows(t: torch.Tensor) -> torch.Tensor:
         return torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
@@ -85,7 +93,8 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
     q = [zeros_like_rows(s.q) for s in step_inputs]
     k = [zeros_like_rows(s.k) for s in step_inputs]
     v = [zeros_like_rows(s.v) for s in step_inputs]
-    out_buffers = [torch.full_like(buf, float("nan")) for buf in q]
+    out_buffers = [guards.guarded(f"step {i} attention output", tuple(buf.shape), buf.dtype, buf.device)
+                   for i, buf in enumerate(q)]
 
     def run_once():
         backend.init_forward_metadata_in_graph(static)
@@ -96,6 +105,7 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
         return outputs
 
     backend.init_forward_metadata_out_graph(static, in_capture=True)
+    check_backend(backend, "capture init_forward_metadata_out_graph")
     if plan.capture:
         for _ in range(2):  # sglang warms up twice before capturing
             run_once()
@@ -112,9 +122,11 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
             static_t[:n].copy_(real_t)
         out_buffers[i].fill_(float("nan"))
     backend.init_forward_metadata_out_graph(static)
+    check_backend(backend, f"replay init_forward_metadata_out_graph (bs {real_fb.batch_size} padded to {capture_bs})")
     if plan.capture:
         graph.replay()
         torch.cuda.synchronize()
     else:
         graph_outputs = run_once()
+    guards.check("after replay")
     return [out[: s.q.shape[0]].clone() for out, s in zip(graph_outputs, step_inputs)]

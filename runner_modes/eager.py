@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from harness.forward_inputs import StepInputs
+from harness.invariants import check_backend
 
 
 def run_eager(mode, backend, forward_batch, step_inputs: list[StepInputs], layer) -> list:
     """Return each step's output [tokens, heads * head_dim]."""
     backend.init_forward_metadata(forward_batch)
+    check_backend(backend, "eager init_forward_metadata")
     outputs = []
     for inputs, (step_backend, view) in zip(step_inputs, mode.step_views(backend, forward_batch)):
         view._attn_output = inputs.poisoned_output()

@@ -1,0 +1,104 @@
+"""Metadata invariants: what every backend's index metadata must satisfy.
+
+Numeric comparison only sees real rows; a padded row with a negative length or
+an indptr that runs backwards corrupts memory no real row reads (sglang PR
+#26651's class of bug). These rules read the backend's own metadata after
+every init (eager, graph capture, graph replay), by field name, so they apply
+to any backend whose metadata uses sglang's naming.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+class InvariantViolation(AssertionError):
+    """A backend's metadata breaks a rule; the message names the backend, the field and the values."""
+
+
+def _int_vector(value) -> bool:
+    return (isinstance(value, torch.Tensor) and value.dim() == 1 and value.numel() > 0
+            and not value.is_floating_point() and value.dtype != torch.bool)
+
+
+def _fields(metadata) -> dict:
+    if dataclasses.is_dataclass(metadata):
+        return {f.name: getattr(metadata, f.name) for f in dataclasses.fields(metadata)}
+    return dict(getattr(metadata, "__dict__", {}))
+
+
+def _is_offsets(name: str) -> bool:
+    return name.endswith("indptr") or name.startswith("cu_seqlens")
+
+
+def _is_lengths(name: str) -> bool:
+    return not _is_offsets(name) and (name.endswith("seqlens") or name.endswith("_lens")
+                                      or name.startswith("cache_seqlens"))
+
+
+def check_metadata(metadata, where: str) -> None:
+    """Raise InvariantViolation if offsets or lengths in ``metadata`` are inconsistent."""
+    fields = _fields(metadata)
+    for name, value in fields.items():
+        if not _int_vector(value):
+            continue
+        values = value.detach().to("cpu", torch.int64)
+        if _is_offsets(name):
+            if int(values[0]) != 0:
+                raise InvariantViolation(f"{where}: {name}[0] = {int(values[0])}, an indptr must start at 0")
+            steps = values[1:] - values[:-1]
+            if bool((steps < 0).any()):
+                row = int(torch.nonzero(steps < 0)[0])
+                raise InvariantViolation(
+                    f"{where}: {name} decreases at row {row} ({int(values[row])} -> {int(values[row + 1])}): "
+                    "a negative per-request length")
+        elif _is_lengths(name) and bool((values < 0).any()):
+            row = int(torch.nonzero(values < 0)[0])
+            raise InvariantViolation(f"{where}: {name}[{row}] = {int(values[row])} < 0")
+    for name, value in fields.items():
+        if name.endswith("indptr") and _int_vector(value):
+            indices = fields.get(name.replace("indptr", "indices"))
+            if isinstance(indices, torch.Tensor) and int(value[-1]) > buffer_capacity(indices):
+                raise InvariantViolation(
+                    f"{where}: {name}[-1] = {int(value[-1])} indices to read, but the buffer behind "
+                    f"{name.replace('indptr', 'indices')} holds {buffer_capacity(indices)}")
+
+
+def buffer_capacity(view: torch.Tensor) -> int:
+    """Elements addressable from the view's start: kernels index the buffer, not the view.
+
+    sglang hands graph kernels slices of preallocated buffers whose length was
+    fixed at capture; what bounds a read is the allocation behind the slice.
+    """
+    return view.untyped_storage().nbytes() // view.element_size() - view.storage_offset()
+
+
+def step_backends(backend) -> list:
+    return list(getattr(backend, "attn_backends", [backend]))
+
+
+def check_backend(backend, where: str) -> None:
+    for step, inner in enumerate(step_backends(backend)):
+        metadata = getattr(inner, "forward_metadata", None)
+        if metadata is not None:
+            check_metadata(metadata, f"{where}, step backend {step}")
+
+
+def check_graph_capacity(backend, capture_bs: int, topk: int, context_len: int, multi_step: bool) -> None:
+    """The graph's kv_indices must hold the largest batch the capture size admits.
+
+    Every captured request may sit at full context; in draft decode each of its
+    topk branches reads that context (sglang #27338 sized this without topk).
+    """
+    buffer = getattr(backend, "cuda_graph_kv_indices", None)
+    if buffer is None:
+        return
+    per_row = buffer.shape[-1] if multi_step else buffer.numel()
+    needed = capture_bs * (topk if multi_step else 1) * context_len
+    if per_row < needed:
+        raise InvariantViolation(
+            f"init_cuda_graph_state: cuda_graph_kv_indices {'row ' if multi_step else ''}holds {per_row} "
+            f"indices, but {capture_bs} captured requests x {topk if multi_step else 1} branches x "
+            f"context {context_len} need {needed}")
