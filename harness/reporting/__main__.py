@@ -1,0 +1,129 @@
+"""`python -m harness.reporting <subcommand>`: one subcommand per report.
+
+Exit status: 0 success; 1 the check failed (readme-matrix --check drift, digest with new
+failures or crashes); 2 unusable input (the message names the file and what to fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.known_failures import KnownFailuresError, load_known_failures
+from harness.reporting.cell_schema import ReportingError, load_results
+from harness.reporting.digest import compare, render_digest
+from harness.reporting.junit import write_junit
+from harness.reporting.merge import merge_runs, write_results
+from harness.reporting.readme_matrix import SECTIONS, readme_diff, render_block, replace_block
+from harness.reporting.summary import render_summary
+
+REPORTS = Path("reports")
+RESULTS = REPORTS / "results.json"
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    merged = merge_runs(args.run_dirs)
+    for warning in merged.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    write_results(merged.results, args.out_dir / "results.json")
+    write_junit(merged.results["cells"], args.out_dir / "junit.xml")
+    print(f"merged {len(merged.results['cells'])} cells from {len(args.run_dirs)} run(s) into {args.out_dir}/")
+    return 0
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    _write(args.out, render_summary(load_results(args.results), load_known_failures(args.known_failures)))
+    return 0
+
+
+def cmd_heatmap(args: argparse.Namespace) -> int:
+    from harness.reporting.heatmap import draw_heatmap  # matplotlib only for this subcommand
+
+    draw_heatmap(load_results(args.results), args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_readme_matrix(args: argparse.Namespace) -> int:
+    current = args.readme.read_text(encoding="utf-8")
+    block = render_block(load_results(args.results), args.section)
+    expected = replace_block(current, args.section, block, str(args.readme))
+    if args.check:
+        diff = readme_diff(current, expected, str(args.readme))
+        if diff:
+            print(diff, end="")
+            print(
+                f"{args.readme}: the {args.section} matrix differs from {args.results}; run "
+                f"python -m harness.reporting readme-matrix --results {args.results} "
+                f"--readme {args.readme} --section {args.section}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if expected != current:
+        _write(args.readme, expected)
+    return 0
+
+
+def cmd_digest(args: argparse.Namespace) -> int:
+    today, yesterday = load_results(args.today), load_results(args.yesterday)
+    digest = compare(today, yesterday)
+    text = render_digest(digest, today, yesterday)
+    print(text, end="")
+    _write(args.out, text)
+    return 1 if digest.alarming else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness.reporting", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    merge = sub.add_parser("merge", help="cell lines of run folders -> results.json + junit.xml")
+    merge.add_argument("run_dirs", nargs="+", type=Path, help="reports/cells/<run_id> folders; later ones win")
+    merge.add_argument("--out-dir", type=Path, default=REPORTS)
+    merge.set_defaults(func=cmd_merge)
+
+    summary = sub.add_parser("summary", help="results.json -> SUMMARY.md")
+    summary.add_argument("--results", type=Path, default=RESULTS)
+    summary.add_argument("--known-failures", type=Path, default=Path("KNOWN_FAILURES.md"))
+    summary.add_argument("--out", type=Path, default=REPORTS / "SUMMARY.md")
+    summary.set_defaults(func=cmd_summary)
+
+    heatmap = sub.add_parser("heatmap", help="results.json -> matrix.png")
+    heatmap.add_argument("--results", type=Path, default=RESULTS)
+    heatmap.add_argument("--out", type=Path, default=REPORTS / "matrix.png")
+    heatmap.set_defaults(func=cmd_heatmap)
+
+    readme = sub.add_parser("readme-matrix", help="rewrite (or --check) the README matrix block")
+    readme.add_argument("--results", type=Path, default=RESULTS)
+    readme.add_argument("--readme", type=Path, default=Path("README.md"))
+    readme.add_argument("--section", choices=SECTIONS, required=True)
+    readme.add_argument("--check", action="store_true", help="exit 1 with a diff when the README is out of date")
+    readme.set_defaults(func=cmd_readme_matrix)
+
+    digest = sub.add_parser("digest", help="compare two results.json; exit 1 on new failures or crashes")
+    digest.add_argument("--today", type=Path, default=RESULTS)
+    digest.add_argument("--yesterday", type=Path, required=True)
+    digest.add_argument("--out", type=Path, default=REPORTS / "DIGEST.md")
+    digest.set_defaults(func=cmd_digest)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ReportingError, KnownFailuresError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The cell record contract: one JSON object per executed test cell.
+
+The pytest plugin writes these lines; every report reads them back through `validate_cell`, so a
+record that breaks the contract is reported once, with its file and line, instead of surfacing
+later as a KeyError deep inside a chart. Only the vocabularies the reports give meaning to
+(status, runner, padding) are enforced; backend and mode names belong to their registries, so a
+new backend shows up in the reports without a change here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+STATUSES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed")
+EXECUTED = frozenset(STATUSES) - {"skipped"}
+# Outcomes that make the pytest run fail: a real failure, or a known failure that got fixed.
+UNEXPECTED = frozenset({"failed", "crashed", "xpassed"})
+RUNNERS = ("eager", "cuda_graph", "cg_meta")
+GRAPH_RUNNERS = ("cuda_graph", "cg_meta")  # runner forms that carry padding / capture_bs
+PADDINGS = ("prod_fill", "small_real")
+# Display order only (reports put the verify path first); unknown modes sort after these.
+MODE_ORDER = ("target_verify", "draft_extend_v2", "draft_decode")
+
+
+class ReportingError(ValueError):
+    """Input that the reports cannot use; the message names the file and what to fix."""
+
+
+@dataclass(frozen=True)
+class _Field:
+    types: tuple[type, ...]
+    nullable: bool = False
+    choices: tuple[str, ...] | None = None
+
+
+_TEXT = (str,)
+_NUMBER = (int, float)
+_ERROR_METRIC = _Field(_NUMBER, nullable=True)
+
+CELL_FIELDS: dict[str, _Field] = {
+    "cell_id": _Field(_TEXT),
+    "case": _Field(_TEXT),
+    "backend": _Field(_TEXT),
+    "mode": _Field(_TEXT),
+    "variant": _Field(_TEXT),
+    "runner": _Field(_TEXT, choices=RUNNERS),
+    "padding": _Field(_TEXT, nullable=True, choices=PADDINGS),
+    "capture_bs": _Field((int,), nullable=True),
+    "status": _Field(_TEXT, choices=STATUSES),
+    "reason": _Field(_TEXT, nullable=True),
+    "known_failure": _Field(_TEXT, nullable=True),
+    "max_abs_err": _ERROR_METRIC,
+    "max_rel_err": _ERROR_METRIC,
+    "mismatch_frac": _ERROR_METRIC,
+    "tolerance": _Field((dict,), nullable=True),
+    "wall_s": _Field(_NUMBER, nullable=True),
+    "nodeid": _Field(_TEXT),
+    "rerun": _Field(_TEXT),
+}
+TOLERANCE_KEYS = ("atol", "rtol")
+# Fields that only mean something for CUDA-graph replay.
+GRAPH_ONLY_FIELDS = ("padding", "capture_bs")
+
+
+def _field_problem(name: str, value: Any, spec: _Field) -> str | None:
+    """Say what is wrong with one field value, or None when it is valid."""
+    if value is None:
+        return None if spec.nullable else "is null; it is required"
+    # bool is an int to Python, never to this contract.
+    if isinstance(value, bool) or not isinstance(value, spec.types):
+        wanted = " or ".join(t.__name__ for t in spec.types) + (" or null" if spec.nullable else "")
+        return f"is {value!r} ({type(value).__name__}); expected {wanted}"
+    if spec.choices is not None and value not in spec.choices:
+        valid = ", ".join(spec.choices) + (", null" if spec.nullable else "")
+        return f"is {value!r}; valid: {valid}"
+    if name == "tolerance" and (
+        sorted(value) != sorted(TOLERANCE_KEYS)
+        or not all(isinstance(value[k], _NUMBER) and not isinstance(value[k], bool) for k in value)
+    ):
+        return f"is {value!r}; expected {{'atol': <number>, 'rtol': <number>}} or null"
+    if isinstance(value, str) and spec.choices is None and not value and not spec.nullable:
+        return "is empty"
+    return None
+
+
+def validate_cell(cell: Any, where: str) -> dict:
+    """Return `cell` if it follows the contract, else raise naming `where` and the field.
+
+    Extra keys are kept: the plugin may record more than the reports read.
+    """
+    if not isinstance(cell, dict):
+        raise ReportingError(f"{where}: expected a JSON object, got {type(cell).__name__}")
+    label = f"{where}: cell {cell.get('cell_id')!r}"
+    missing = [name for name in CELL_FIELDS if name not in cell]
+    if missing:
+        raise ReportingError(f"{label}: missing field(s) {', '.join(missing)}")
+    for name, spec in CELL_FIELDS.items():
+        problem = _field_problem(name, cell[name], spec)
+        if problem:
+            raise ReportingError(f"{label}: field '{name}' {problem}")
+    if cell["runner"] not in GRAPH_RUNNERS:
+        for name in GRAPH_ONLY_FIELDS:
+            if cell[name] is not None:
+                raise ReportingError(
+                    f"{label}: field '{name}' is {cell[name]!r} but runner is "
+                    f"{cell['runner']!r}; it must be null unless runner is one of {', '.join(GRAPH_RUNNERS)}"
+                )
+    return cell
+
+
+def read_cell_lines(path: Path) -> list[tuple[dict, str]]:
+    """Parse one worker's JSON-lines file into (cell, "file:line") pairs; blank lines are skipped."""
+    cells = []
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ReportingError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+            cells.append((validate_cell(record, where), where))
+    return cells
+
+
+def load_results(path: Path) -> dict:
+    """Read results.json (written by `merge`) and check it before any report trusts it."""
+    try:
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ReportingError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not (isinstance(results, dict) and isinstance(results.get("runs"), list)
+            and isinstance(results.get("cells"), list)):
+        raise ReportingError(f"{path}: expected {{'runs': [...], 'cells': [...]}} as written by merge")
+    for index, cell in enumerate(results["cells"]):
+        validate_cell(cell, f"{path}: cells[{index}]")
+    return results
+
+
+def outcome_message(cell: Mapping) -> str:
+    """The one-line message a reader sees for a cell's outcome, shared by JUnit and the digests."""
+    status, known = cell["status"], cell.get("known_failure")
+    if status == "xfailed":
+        return f"known failure: {known}"
+    if status == "xpassed":
+        return f"UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry {known}"
+    return cell.get("reason") or status

@@ -1,0 +1,73 @@
+"""reports/matrix.png: the backend x mode/runner matrix at a glance.
+
+Colour answers "how much of what ran passed", red overrides it wherever anything failed, crashed
+or passed unexpectedly (one broken cell must not hide in a 99% square), and grey marks squares
+where nothing ran. Each square also prints its counts and worst error, so the picture does not
+depend on telling colours apart.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Mapping
+
+from matplotlib.colors import LinearSegmentedColormap
+from matplotlib.figure import Figure  # not pyplot: no global backend or figure state to manage
+from matplotlib.patches import Patch, Rectangle
+
+from harness.reporting.matrix import Tally, build_matrix, square_notes
+from harness.reporting.runs import RunFacts
+
+# Pass rate among executed cells: amber (0) to green (1); both light enough for black text.
+PASS_RATE_COLORS = LinearSegmentedColormap.from_list("pass_rate", ["#f5c26b", "#e8e07a", "#8fd19e"])
+UNEXPECTED_COLOR = "#ef8a80"
+SKIPPED_COLOR = "#d9d9d9"
+ABSENT_COLOR = "white"
+
+
+def _fill(tally: Tally | None) -> str:
+    if tally is None:
+        return ABSENT_COLOR
+    if not tally.executed:
+        return SKIPPED_COLOR
+    return UNEXPECTED_COLOR if tally.unexpected else PASS_RATE_COLORS(tally.passed / tally.executed)
+
+
+def draw_heatmap(results: Mapping, path: Path) -> None:
+    matrix = build_matrix(results["cells"])
+    facts = RunFacts.of(results["runs"])
+    rows, cols = len(matrix.backends), len(matrix.columns)
+    fig = Figure(figsize=(max(6.0, 1.45 * cols + 2.0), max(3.0, 0.9 * rows + 2.4)))
+    ax = fig.subplots()
+    for y, backend in enumerate(matrix.backends):
+        for x, column in enumerate(matrix.columns):
+            tally = matrix.tally(backend, column)
+            ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=_fill(tally), edgecolor="white", linewidth=2))
+            ax.text(x, y, "\n".join(square_notes(tally)), ha="center", va="center", fontsize=9, linespacing=1.25)
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(rows - 0.5, -0.5)
+    ax.set_xticks(range(cols), ["\n".join(column) for column in matrix.columns], fontsize=9)
+    ax.set_yticks(range(rows), matrix.backends, fontsize=10)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    subtitle = textwrap.fill(facts.versions, width=max(60, 16 * cols))
+    ax.set_title(f"attn-harness · {facts.device} · {facts.date}\n{subtitle}", fontsize=10, pad=12)
+    ax.legend(
+        handles=[
+            Patch(color=PASS_RATE_COLORS(1.0), label="all executed passed"),
+            Patch(color=PASS_RATE_COLORS(0.5), label="some known failures (amber = fewer passed)"),
+            Patch(color=UNEXPECTED_COLOR, label="failed / crashed / unexpectedly passed"),
+            Patch(color=SKIPPED_COLOR, label="only skipped"),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.02),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)

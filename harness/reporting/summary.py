@@ -1,0 +1,106 @@
+"""reports/SUMMARY.md: the human entry point to a night's results.
+
+Ordered by what a reader needs: did it pass, where not, how to reproduce each failure, why the
+cells that did not run were skipped, and which known-failure entries no longer earn their place.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Mapping, Sequence
+
+from harness.known_failures import KnownFailure, stale
+from harness.reporting.cell_schema import EXECUTED, STATUSES, UNEXPECTED, outcome_message
+from harness.reporting.markdown import markdown_table, md_cell
+from harness.reporting.matrix import build_matrix, column_label, format_err, square_notes
+from harness.reporting.runs import RunFacts
+
+
+def _status_section(cells: Sequence[Mapping]) -> list[str]:
+    counts = Counter(cell["status"] for cell in cells)
+    rows = [[status, str(counts[status])] for status in STATUSES if counts[status]]
+    return ["## Status", "", *markdown_table(["status", "cells"], rows + [["total", str(len(cells))]])]
+
+
+def _matrix_section(cells: Sequence[Mapping]) -> list[str]:
+    matrix = build_matrix(cells, with_padding=True)
+    rows = [
+        [backend, *(" · ".join(square_notes(matrix.tally(backend, column))) or "–" for column in matrix.columns)]
+        for backend in matrix.backends
+    ]
+    return [
+        "## Matrix",
+        "",
+        "passed/executed · worst max_abs_err · failed, crashed or unexpectedly passed · expected (known) failures",
+        "",
+        *markdown_table(["backend", *map(column_label, matrix.columns)], rows),
+    ]
+
+
+def _tolerance(tolerance: Mapping | None) -> str:
+    return ", ".join(f"{name} {value:g}" for name, value in tolerance.items()) if tolerance else "none"
+
+
+def _problems_section(cells: Sequence[Mapping]) -> list[str]:
+    problems = [cell for cell in cells if cell["status"] in UNEXPECTED]
+    lines = ["## Failures, crashes, unexpected passes", ""]
+    if not problems:
+        return lines + ["None."]
+    for cell in problems:
+        lines.append(f"- **{cell['status']}** `{cell['cell_id']}`: {outcome_message(cell)}")
+        if cell["max_abs_err"] is not None:
+            lines.append(
+                f"  - max_abs_err {format_err(cell['max_abs_err'])}, max_rel_err {format_err(cell['max_rel_err'])}, "
+                f"mismatch_frac {format_err(cell['mismatch_frac'])}, tolerance {_tolerance(cell['tolerance'])}"
+            )
+        lines.append(f"  - rerun: `{cell['rerun']}`")
+    return lines
+
+
+def _skips_section(cells: Sequence[Mapping]) -> list[str]:
+    by_reason: dict[str, list[Mapping]] = defaultdict(list)
+    for cell in cells:
+        if cell["status"] == "skipped":
+            by_reason[cell["reason"] or "no reason given"].append(cell)
+    lines = ["## Skipped, by reason", ""]
+    if not by_reason:
+        return lines + ["None."]
+    rows = [
+        [
+            md_cell(reason),
+            str(len(group)),
+            ", ".join(sorted({cell["backend"] for cell in group})),
+            ", ".join(sorted({cell["mode"] for cell in group})),
+        ]
+        for reason, group in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0]))
+    ]
+    return lines + markdown_table(["reason", "cells", "backends", "modes"], rows)
+
+
+def _stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailure]) -> list[str]:
+    lines = ["## Stale KNOWN_FAILURES entries", ""]
+    entries = stale(known_failures, [cell for cell in cells if cell["status"] in EXECUTED])
+    if not entries:
+        return lines + ["None."]
+    for entry in entries:
+        skipped = sum(entry.matches(cell) for cell in cells)
+        why = (
+            f"its {skipped} matching cells were all skipped in this run"
+            if skipped
+            else "it matches no cell at all: fixed and removed, renamed, or a typo in its selectors"
+        )
+        lines.append(f"- {entry.id} ({entry.upstream}, {entry.source}): {why}")
+    return lines
+
+
+def render_summary(results: Mapping, known_failures: Sequence[KnownFailure]) -> str:
+    cells = results["cells"]
+    sections = [
+        ["# attn-harness results", "", RunFacts.of(results["runs"]).line()],
+        _status_section(cells),
+        _matrix_section(cells),
+        _problems_section(cells),
+        _skips_section(cells),
+        _stale_section(cells, known_failures),
+    ]
+    return "\n\n".join("\n".join(section) for section in sections) + "\n"

@@ -1,0 +1,257 @@
+"""The reports a user relies on, built from small synthetic cell lines."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from harness.reporting.__main__ import main
+from harness.reporting.cell_schema import ReportingError, load_results
+from harness.reporting.merge import merge_runs
+
+RUN = {
+    "run_id": "night-1", "started_at": "2026-11-22T01:00:00", "finished_at": "2026-11-22T01:10:00",
+    "device": "NVIDIA H200", "driver": "570.86", "command": "pytest harness", "shard": "1/1",
+    "workers": 2, "wall_s": 600.0,
+    "versions": {"python": "3.11.2", "torch": "2.11.0", "triton": "3.6.0", "sglang": "0.5.17", "flash_attn_4": None},
+}
+
+
+def make_cell(case="tree-bs3-topk2", backend="triton", mode="target_verify", runner="eager", status="passed", **extra):
+    cell_id = f"{mode}-{case}-{backend}-{runner}"
+    nodeid = f"harness/test_cases.py::test_cell[{cell_id}]"
+    cell = {
+        "cell_id": cell_id, "case": case, "backend": backend, "mode": mode, "variant": "tree",
+        "runner": runner, "padding": None, "capture_bs": None, "status": status, "reason": None,
+        "known_failure": None, "max_abs_err": 1e-7, "max_rel_err": 3e-6, "mismatch_frac": 0.0,
+        "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "wall_s": 0.4, "nodeid": nodeid,
+        "rerun": f"pytest '{nodeid}'",
+    }
+    return {**cell, **extra}
+
+
+# One cell of each status; the matrix squares they land in are checked below.
+CELLS = [
+    make_cell(),
+    make_cell(case="chain-bs1"),
+    make_cell(backend="fa3", status="failed", max_abs_err=0.25, reason="max_abs_err 0.25 > atol 1e-05"),
+    make_cell(backend="fa3", case="chain-bs1", status="crashed", max_abs_err=None, reason="RuntimeError: CUDA error"),
+    make_cell(backend="fa4", status="skipped", reason="fa4 needs sm100", max_abs_err=None),
+    make_cell(backend="fa4", case="chain-bs1", status="skipped", reason="fa4 needs sm100", max_abs_err=None),
+    make_cell(backend="flashinfer", status="xfailed", known_failure="KF-fi-tree"),
+    make_cell(backend="flashinfer", case="chain-bs1", status="xpassed", known_failure="KF-fi-chain"),
+    make_cell(runner="cuda_graph", padding="prod_fill", capture_bs=4),
+]
+
+
+def write_run(folder, workers, run=RUN):
+    """A run folder as the plugin leaves it: run.json plus one .jsonl per worker."""
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(run))
+    for worker, cells in workers.items():
+        (folder / f"{worker}.jsonl").write_text("".join(json.dumps(cell) + "\n" for cell in cells))
+    return folder
+
+
+def write_results(path, cells, run=RUN):
+    path.write_text(json.dumps({"runs": [run], "cells": cells}))
+    return path
+
+
+# merge ----------------------------------------------------------------------------------------
+
+def test_merge_two_workers_and_duplicates(tmp_path):
+    first = write_run(tmp_path / "cells" / "night-1", {"gw0": CELLS[:5], "gw1": CELLS[5:]})
+    rerun = make_cell(backend="fa3", status="passed")  # a re-run shard repairs the failed cell
+    second = write_run(tmp_path / "cells" / "night-1b", {"gw0": [rerun]}, run={**RUN, "run_id": "night-1b"})
+    merged = merge_runs([first, second])
+    ids = [cell["cell_id"] for cell in merged.results["cells"]]
+    assert ids == sorted(cell["cell_id"] for cell in CELLS)
+    assert [run["run_id"] for run in merged.results["runs"]] == ["night-1", "night-1b"]
+    assert next(c for c in merged.results["cells"] if c["cell_id"] == rerun["cell_id"])["status"] == "passed"
+    [warning] = merged.warnings
+    assert rerun["cell_id"] in warning and "night-1b/gw0.jsonl:1 replaces" in warning
+
+
+def test_merge_cli_writes_results_and_junit(tmp_path):
+    run = write_run(tmp_path / "cells" / "night-1", {"gw0": CELLS[:4], "gw1": CELLS[4:]})
+    assert main(["merge", str(run), "--out-dir", str(tmp_path)]) == 0
+    assert len(load_results(tmp_path / "results.json")["cells"]) == len(CELLS)
+    assert (tmp_path / "junit.xml").exists()
+
+
+def test_merge_malformed_line_names_file_and_line(tmp_path):
+    run = write_run(tmp_path / "night-1", {"gw0": CELLS[:2]})
+    with open(run / "gw0.jsonl", "a") as lines:
+        lines.write('{"cell_id": "truncated by a cr\n')
+    with pytest.raises(ReportingError, match=r"night-1/gw0\.jsonl:3: not valid JSON"):
+        merge_runs([run])
+
+
+def test_merge_invalid_field_names_field_and_valid_values(tmp_path):
+    run = write_run(tmp_path / "night-1", {"gw1": [make_cell(), make_cell(case="x", status="pass")]})
+    with pytest.raises(ReportingError) as raised:
+        merge_runs([run])
+    message = str(raised.value)
+    assert "gw1.jsonl:2" in message and "field 'status' is 'pass'" in message and "valid: passed, failed" in message
+
+
+def test_padding_only_for_cuda_graph(tmp_path):
+    run = write_run(tmp_path / "night-1", {"gw0": [make_cell(padding="prod_fill")]})
+    with pytest.raises(ReportingError, match="field 'padding' is 'prod_fill' but runner is 'eager'"):
+        merge_runs([run])
+
+
+# junit ----------------------------------------------------------------------------------------
+
+def test_junit_statuses(tmp_path):
+    run = write_run(tmp_path / "cells" / "night-1", {"gw0": CELLS})
+    main(["merge", str(run), "--out-dir", str(tmp_path)])
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("9", "2", "1", "3")
+
+    def outcome(cell):
+        case = suite.find(f"testcase[@name='{cell['cell_id']}']")
+        assert case.get("classname") == f"{cell['backend']}.{cell['mode']}.{cell['runner']}"
+        return [(child.tag, child.get("message")) for child in case]
+
+    assert outcome(CELLS[0]) == []
+    assert outcome(CELLS[2]) == [("failure", "max_abs_err 0.25 > atol 1e-05")]
+    assert outcome(CELLS[3]) == [("error", "RuntimeError: CUDA error")]
+    assert outcome(CELLS[4]) == [("skipped", "fa4 needs sm100")]
+    assert outcome(CELLS[6]) == [("skipped", "known failure: KF-fi-tree")]
+    assert outcome(CELLS[7]) == [("failure", "UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry KF-fi-chain")]
+    assert "rerun: pytest" in suite.find(f"testcase[@name='{CELLS[2]['cell_id']}']/failure").text
+
+
+# summary and heatmap --------------------------------------------------------------------------
+
+def test_summary(tmp_path):
+    results = write_results(tmp_path / "results.json", CELLS)
+    ledger = tmp_path / "KNOWN_FAILURES.md"
+    ledger.write_text(
+        "## KF-fa4-sm100\n- backend: fa4\n- mode: *\n- runner: *\n- cases: *\n"
+        "- reason: needs Blackwell\n- upstream: sglang#1\n"
+    )
+    out = tmp_path / "SUMMARY.md"
+    assert main(["summary", "--results", str(results), "--known-failures", str(ledger), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "2026-11-22 · NVIDIA H200 · driver 570.86" in text and "flash_attn_4" not in text
+    assert "| triton | 2/2 · 1e-7 | 1/1 · 1e-7 |" in text  # eager, then cuda_graph/prod_fill
+    assert "| fa3 | 0/2 · 2.5e-1 · 2 fail | – |" in text
+    assert "| flashinfer | 0/2 · 1e-7 · 1 fail · 1 known | – |" in text
+    assert "| fa4 | skip | – |" in text
+    assert "target_verify/cuda_graph/prod_fill" in text
+    assert f"rerun: `{CELLS[3]['rerun']}`" in text
+    assert "UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry KF-fi-chain" in text
+    assert "| fa4 needs sm100 | 2 | fa4 | target_verify |" in text
+    assert "KF-fa4-sm100 (sglang#1" in text and "2 matching cells were all skipped" in text
+
+
+def test_heatmap_writes_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "matrix.png"
+    assert main(["heatmap", "--results", str(write_results(tmp_path / "r.json", CELLS)), "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+# readme-matrix --------------------------------------------------------------------------------
+
+README = "# attn-harness\n\nintro\n\n<!-- matrix:gpu:start -->\nold table\n<!-- matrix:gpu:end -->\n\nmore text\n"
+
+
+def readme_args(results, readme, *extra):
+    return ["readme-matrix", "--results", str(results), "--readme", str(readme), "--section", "gpu", *extra]
+
+
+def test_readme_matrix_rewrite_then_check(tmp_path, capsys):
+    results = write_results(tmp_path / "results.json", CELLS)
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    assert main(readme_args(results, readme, "--check")) == 1  # "old table" is drift
+    assert main(readme_args(results, readme)) == 0
+    text = readme.read_text()
+    assert text.startswith("# attn-harness\n\nintro\n\n<!-- matrix:gpu:start -->\n")
+    assert text.endswith("<!-- matrix:gpu:end -->\n\nmore text\n") and "old table" not in text
+    assert "| backend | target_verify / eager | target_verify / cuda_graph |" in text
+    assert "| triton | 2/2 | 1/1 |" in text
+    assert "| fa3 | 0/2 ❌ | – |" in text
+    assert "| fa4 | skip: fa4 needs sm100 | – |" in text
+    assert "| flashinfer | 0/2 ❌ known: KF-fi-chain, KF-fi-tree | – |" in text
+    assert "_2026-11-22 · NVIDIA H200 · driver 570.86 · python 3.11.2, torch 2.11.0" in text
+    assert main(readme_args(results, readme, "--check")) == 0
+    assert readme.read_text() == text  # idempotent
+
+
+def test_readme_matrix_check_fails_on_drift(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    main(readme_args(write_results(tmp_path / "results.json", CELLS), readme))
+    capsys.readouterr()
+    flipped = [make_cell(status="failed", reason="boom") if c is CELLS[0] else c for c in CELLS]
+    assert main(readme_args(write_results(tmp_path / "results.json", flipped), readme, "--check")) == 1
+    out, err = capsys.readouterr()
+    assert "-| triton | 2/2 | 1/1 |" in out and "+| triton | 1/2 ❌ | 1/1 |" in out
+    assert "differs from" in err
+
+
+def test_readme_matrix_missing_marker(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    results = write_results(tmp_path / "results.json", CELLS)
+    assert main([*readme_args(results, readme)[:-1], "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "README.md has no <!-- matrix:cpu:start --> marker" in err and "<!-- matrix:cpu:end -->" in err
+
+
+# digest ---------------------------------------------------------------------------------------
+
+def digest_args(tmp_path, today, yesterday):
+    return [
+        "digest",
+        "--today", str(write_results(tmp_path / "today.json", today)),
+        "--yesterday", str(write_results(tmp_path / "yesterday.json", yesterday)),
+        "--out", str(tmp_path / "DIGEST.md"),
+    ]
+
+
+def test_digest_unchanged_night_exits_0(tmp_path):
+    assert main(digest_args(tmp_path, CELLS, CELLS)) == 0
+    assert "**0 new failures, 0 new crashes" in (tmp_path / "DIGEST.md").read_text()
+
+
+def test_digest_flags_new_failure_crash_xpass_fix_and_slowdown(tmp_path, capsys):
+    yesterday = [
+        make_cell(),
+        make_cell(case="chain-bs1"),
+        make_cell(backend="fa3", status="failed"),
+        make_cell(backend="flashinfer", status="xfailed", known_failure="KF-fi-tree"),
+        make_cell(backend="fa4", status="passed"),
+        make_cell(case="gone"),
+    ]
+    today = [
+        make_cell(status="failed", reason="max_abs_err 0.25 > atol 1e-05"),  # flipped
+        make_cell(case="chain-bs1", wall_s=2.0),  # 0.4 s -> 2.0 s
+        make_cell(backend="fa3", status="passed"),  # fixed
+        make_cell(backend="flashinfer", status="xpassed", known_failure="KF-fi-tree"),
+        make_cell(backend="fa4", status="crashed", reason="illegal memory access"),
+        make_cell(case="brand-new", status="failed", reason="new case fails"),
+    ]
+    assert main(digest_args(tmp_path, today, yesterday)) == 1
+    text = (tmp_path / "DIGEST.md").read_text()
+    assert text == capsys.readouterr().out.split("wrote ")[0]
+    assert "## New failures (2)" in text
+    assert f"`{today[0]['cell_id']}` (passed → failed): max_abs_err 0.25 > atol 1e-05" in text
+    assert f"`{today[5]['cell_id']}` (new → failed)" in text
+    assert f"## New crashes (1)\n\n- `{today[4]['cell_id']}` (passed → crashed): illegal memory access" in text
+    assert "UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry KF-fi-tree" in text
+    assert f"## Fixed (1)\n\n- `{today[2]['cell_id']}` (failed → passed)" in text
+    assert f"## Disappeared (1)\n\n- `{yesterday[5]['cell_id']}` (was passed)" in text
+    assert f"- `{today[1]['cell_id']}`: 0.40 s → 2.00 s" in text
+
+
+def test_digest_xpass_alone_does_not_alarm(tmp_path):
+    yesterday = [make_cell(status="xfailed", known_failure="KF-x")]
+    today = [make_cell(status="xpassed", known_failure="KF-x")]
+    assert main(digest_args(tmp_path, today, yesterday)) == 0
+    assert "Unexpectedly passed: drop their KNOWN_FAILURES entries (1)" in (tmp_path / "DIGEST.md").read_text()
