@@ -163,7 +163,9 @@ def _build(path: Path, entry: _RawEntry) -> KnownFailure:
         )
     for name, (value, line) in entry.fields.items():
         if not value:
-            raise KnownFailuresError(f"{path}:{line}: entry {entry.id}: field '{name}' is empty; expected {FIELDS[name]}")
+            raise KnownFailuresError(
+                f"{path}:{line}: entry {entry.id}: field '{name}' is empty; expected {FIELDS[name]}"
+            )
     upstream, line = entry.fields["upstream"]
     if not _UPSTREAM.fullmatch(upstream):
         raise KnownFailuresError(
@@ -187,7 +189,9 @@ def load_known_failures(path: str | Path) -> list[KnownFailure]:
     seen: dict[str, str] = {}
     for raw in _split_entries(path, path.read_text(encoding="utf-8")):
         if raw.id in seen:
-            raise KnownFailuresError(f"{path}:{raw.line}: entry {raw.id} is defined twice (first at {seen[raw.id]}); ids must be unique")
+            raise KnownFailuresError(
+                f"{path}:{raw.line}: entry {raw.id} is defined twice (first at {seen[raw.id]}); ids must be unique"
+            )
         entry = _build(path, raw)
         seen[entry.id] = entry.source
         entries.append(entry)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
+from harness.reporting.cell_schema import RUNNERS
 
 REPO_LEDGER = Path(__file__).resolve().parent.parent / "KNOWN_FAILURES.md"
 
@@ -81,7 +82,7 @@ MALFORMED = {
     ),
     "bad runner": (
         ENTRY.replace("runner: cuda_graph", "runner: graph"),
-        ["KNOWN_FAILURES.md:4", "field 'runner'", "'graph' matches no runner", "eager, cuda_graph or *"],
+        ["KNOWN_FAILURES.md:4", "field 'runner'", "'graph' matches no runner", f"{', '.join(RUNNERS)} or *"],
     ),
     "bad heading": (
         ENTRY.replace("## KF-fa4-tree-graph", "## fa4 tree graph"),

@@ -1,9 +1,9 @@
 """reports/matrix.png: the backend x mode/runner matrix at a glance.
 
-Colour answers "how much of what ran passed", red overrides it wherever anything failed, crashed
-or passed unexpectedly (one broken cell must not hide in a 99% square), and grey marks squares
-where nothing ran. Each square also prints its counts and worst error, so the picture does not
-depend on telling colours apart.
+Colour answers "did what ran pass": green when all of it did, amber to yellow by pass rate when
+known failures remain, red wherever anything failed, crashed or passed unexpectedly (one broken
+cell must not hide in a 99% square), grey where nothing ran. Each square also prints its counts
+and worst error, so the picture does not depend on telling colours apart.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from matplotlib.patches import Patch, Rectangle
 from harness.reporting.matrix import Tally, build_matrix, square_notes
 from harness.reporting.runs import RunFacts
 
-# Pass rate among executed cells: amber (0) to green (1); both light enough for black text.
-PASS_RATE_COLORS = LinearSegmentedColormap.from_list("pass_rate", ["#f5c26b", "#e8e07a", "#8fd19e"])
+# Fill colours, all light enough for black text. A square where everything that ran passed is
+# green; one with expected (known) failures runs from amber (nothing passed) to yellow.
+ALL_PASSED_COLOR = "#8fd19e"
+PARTIAL_PASS_COLORS = LinearSegmentedColormap.from_list("partial_pass", ["#f2a65a", "#f2e07a"])
 UNEXPECTED_COLOR = "#ef8a80"
 SKIPPED_COLOR = "#d9d9d9"
 ABSENT_COLOR = "white"
@@ -31,7 +33,10 @@ def _fill(tally: Tally | None) -> str:
         return ABSENT_COLOR
     if not tally.executed:
         return SKIPPED_COLOR
-    return UNEXPECTED_COLOR if tally.unexpected else PASS_RATE_COLORS(tally.passed / tally.executed)
+    if tally.unexpected:
+        return UNEXPECTED_COLOR
+    rate = tally.passed / tally.executed
+    return ALL_PASSED_COLOR if rate == 1 else PARTIAL_PASS_COLORS(rate)
 
 
 def draw_heatmap(results: Mapping, path: Path) -> None:
@@ -54,12 +59,13 @@ def draw_heatmap(results: Mapping, path: Path) -> None:
     for spine in ax.spines.values():
         spine.set_visible(False)
     subtitle = textwrap.fill(facts.versions, width=max(60, 16 * cols))
-    ax.set_title(f"attn-harness · {facts.device} · {facts.date}\n{subtitle}", fontsize=10, pad=12)
+    title = f"attn-harness · {facts.device} · driver {facts.driver} · {facts.date}"
+    ax.set_title(f"{title}\n{subtitle}", fontsize=10, pad=12)
     ax.legend(
         handles=[
-            Patch(color=PASS_RATE_COLORS(1.0), label="all executed passed"),
-            Patch(color=PASS_RATE_COLORS(0.5), label="some known failures (amber = fewer passed)"),
-            Patch(color=UNEXPECTED_COLOR, label="failed / crashed / unexpectedly passed"),
+            Patch(color=ALL_PASSED_COLOR, label="all executed cells passed"),
+            Patch(color=PARTIAL_PASS_COLORS(0.5), label="known failures (amber = fewer passed)"),
+            Patch(color=UNEXPECTED_COLOR, label="crash / fail / xpass (unexpected pass)"),
             Patch(color=SKIPPED_COLOR, label="only skipped"),
         ],
         loc="upper center",

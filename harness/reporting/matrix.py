@@ -109,17 +109,19 @@ def format_err(value: float | None) -> str:
     return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
 
 
+# How a square counts the executed cells that did not simply pass, worst first.
+OUTCOME_WORDS = {"crashed": "crash", "failed": "fail", "xpassed": "xpass", "xfailed": "known"}
+
+
 def square_notes(tally: Tally | None) -> list[str]:
     """What a matrix square says, shared by SUMMARY.md and matrix.png: passed/executed, worst
-    error, then the failures and known failures; "skip" where nothing ran, nothing where no cell exists.
+    error, then the outcomes that were not a plain pass; "skip" where nothing ran, nothing where no
+    cell exists.
     """
     if tally is None:
         return []
     if not tally.executed:
         return ["skip"]
     notes = [f"{tally.passed}/{tally.executed}", format_err(tally.worst_abs_err)]
-    if tally.unexpected:
-        notes.append(f"{tally.unexpected} fail")
-    if tally.statuses["xfailed"]:
-        notes.append(f"{tally.statuses['xfailed']} known")
-    return notes
+    counts = [(tally.statuses[status], word) for status, word in OUTCOME_WORDS.items()]
+    return notes + [f"{count} {word}" for count, word in counts if count]

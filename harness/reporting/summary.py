@@ -31,7 +31,8 @@ def _matrix_section(cells: Sequence[Mapping]) -> list[str]:
     return [
         "## Matrix",
         "",
-        "passed/executed · worst max_abs_err · failed, crashed or unexpectedly passed · expected (known) failures",
+        "passed/executed · worst max_abs_err · then counts of crash / fail / "
+        "xpass (unexpectedly passed) / known (expected failure)",
         "",
         *markdown_table(["backend", *map(column_label, matrix.columns)], rows),
     ]

@@ -138,8 +138,8 @@ def test_summary(tmp_path):
     text = out.read_text()
     assert "2026-11-22 · NVIDIA H200 · driver 570.86" in text and "flash_attn_4" not in text
     assert "| triton | 2/2 · 1e-7 | 1/1 · 1e-7 |" in text  # eager, then cuda_graph/prod_fill
-    assert "| fa3 | 0/2 · 2.5e-1 · 2 fail | – |" in text
-    assert "| flashinfer | 0/2 · 1e-7 · 1 fail · 1 known | – |" in text
+    assert "| fa3 | 0/2 · 2.5e-1 · 1 crash · 1 fail | – |" in text
+    assert "| flashinfer | 0/2 · 1e-7 · 1 xpass · 1 known | – |" in text
     assert "| fa4 | skip | – |" in text
     assert "target_verify/cuda_graph/prod_fill" in text
     assert f"rerun: `{CELLS[3]['rerun']}`" in text
