@@ -30,6 +30,25 @@ if not HAS_GPU:
 DEVICE = "cuda" if HAS_GPU else "cpu"
 
 
+def pin_worker_gpu(worker: str | None) -> None:
+    """One GPU per pytest-xdist worker: gw<i> sees GPU i mod count.
+
+    Must run before torch initialises CUDA in the worker (pytest_configure does).
+    """
+    if not HAS_GPU or not worker or not worker.startswith("gw"):
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        gpus = visible.split(",")
+    else:
+        import subprocess
+
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+        gpus = [str(i) for i, line in enumerate(listing.splitlines()) if line.startswith("GPU ")]
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[int(worker[2:]) % len(gpus)]
+
+
 class UnsupportedVersionError(RuntimeError):
     """Raised when the installed sglang is one whose contracts we have not read."""
 

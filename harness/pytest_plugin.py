@@ -46,6 +46,7 @@ def _parse_shard(text: str) -> tuple[int, int]:
 
 def pytest_configure(config):
     run_id()  # set before xdist spawns workers, so all share one run folder
+    platform.pin_worker_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
     if config.getoption("--replay"):
         try:
             inject(config.getoption("--replay"))
