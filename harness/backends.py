@@ -46,6 +46,7 @@ class BackendEntry:
     import_check: str  # module whose import proves the backend's kernels are installed
     limits: tuple[Limit, ...] = field(default=())
     min_capability: tuple[int, int] | None = None
+    graph_hooks: bool = True  # init_cuda_graph_state and the out/in-graph hooks exist
 
     def skip_reason(self, mode: str, spec: CaseSpec) -> str | None:
         if self.needs_gpu and not platform.HAS_GPU:
@@ -83,6 +84,8 @@ BACKENDS: dict[str, BackendEntry] = {
             name="flashinfer", server_arg="flashinfer", needs_gpu=True, import_check="flashinfer",
             build=_build("sglang.srt.layers.attention.flashinfer_backend",
                          "FlashInferAttnBackend", "FlashInferMultiStepDraftBackend"),
+            limits=(Limit(lambda mode, spec: spec.dtype == "float32",
+                          "FlashInfer kernels take fp16/bf16 (fp32 raises KeyError: torch.float32)"),),
         ),
         BackendEntry(
             name="fa3", server_arg="fa3", needs_gpu=True, import_check="sgl_kernel.flash_attn",
@@ -104,6 +107,7 @@ BACKENDS: dict[str, BackendEntry] = {
             name="torch_native", server_arg="torch_native", needs_gpu=False, import_check="torch",
             build=_build("sglang.srt.layers.attention.torch_native_backend",
                          "TorchNativeAttnBackend", "TorchNativeAttnBackend"),
+            graph_hooks=False,
             limits=(
                 Limit(_mode_in("draft_decode"),
                       "EAGLE is not supported in decode attention backend torch_native "

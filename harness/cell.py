@@ -8,6 +8,7 @@ CUDA graphs, against the same batch run eagerly).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -62,7 +63,11 @@ RUNNER_LIMITS = {
 
 
 def skip_reason(cell: Cell) -> str | None:
-    return RUNNER_LIMITS[cell.runner](cell) or BACKENDS[cell.backend].skip_reason(cell.case.mode, cell.case.spec)
+    entry = BACKENDS[cell.backend]
+    if cell.runner != "eager" and not entry.graph_hooks:
+        return (f"{cell.backend} has no CUDA-graph support in sglang 0.5.17 "
+                "(init_cuda_graph_state raises NotImplementedError)")
+    return RUNNER_LIMITS[cell.runner](cell) or entry.skip_reason(cell.case.mode, cell.case.spec)
 
 
 def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
@@ -106,10 +111,26 @@ def _compare_steps(label: str, outputs, expected, steps, real_bs: int, spec: Cas
     return found
 
 
+FORCE_CRASH_ENV = "ATTN_HARNESS_FORCE_CRASH"
+
+
+def _crash_drill(cell: Cell) -> None:
+    """Crash-isolation drill: the named cell triggers a sticky CUDA error on purpose.
+
+    An out-of-range gather on the device raises a device-side assert, which
+    poisons the CUDA context like an illegal memory access does; the run must
+    record this cell as crashed and keep every other cell's result.
+    """
+    if os.environ.get(FORCE_CRASH_ENV) == cell.cell_id and platform.HAS_GPU:
+        data = torch.zeros(4, device="cuda")
+        data[torch.tensor([1 << 40], device="cuda")].sum().item()
+
+
 def run_cell(cell: Cell) -> CellResult:
     reason = skip_reason(cell)
     if reason:
         raise CellSkipped(reason)
+    _crash_drill(cell)
     from sglang.srt.layers.radix_attention import RadixAttention
 
     platform.check_sglang_version()

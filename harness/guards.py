@@ -35,14 +35,21 @@ class Guards:
         self.zones.append((name, storage[count:], storage[count:].clone()))
         return storage[:count].view(shape)
 
-    def replace(self, owner, attribute: str, name: str) -> torch.Tensor | None:
-        """Swap ``owner.attribute`` for a guarded copy of the same shape and contents."""
+    def replace(self, owner, attribute: str, name: str):
+        """Swap ``owner.attribute`` (a tensor, or a list of them) for guarded copies."""
         old = getattr(owner, attribute, None)
-        if not isinstance(old, torch.Tensor):
+        if isinstance(old, list):
+            new = [self._guarded_copy(t, f"{name}[{i}]") for i, t in enumerate(old)]
+        elif isinstance(old, torch.Tensor):
+            new = self._guarded_copy(old, name)
+        else:
             return None
+        setattr(owner, attribute, new)
+        return new
+
+    def _guarded_copy(self, old: torch.Tensor, name: str) -> torch.Tensor:
         new = self.guarded(name, tuple(old.shape), old.dtype, old.device)
         new.copy_(old)
-        setattr(owner, attribute, new)
         return new
 
     def check(self, where: str) -> None:
@@ -56,10 +63,16 @@ class Guards:
 
 
 def guard_graph_indices(guards: Guards, backend) -> None:
-    """Guard the CUDA-graph kv_indices buffers (re-pointing step backends at their rows)."""
+    """Guard the CUDA-graph kv_indices buffers (re-pointing step backends at their rows).
+
+    A multi-step draft backend owns one 2-D buffer whose rows it handed to its
+    step backends at init; those keep the row in the container type they use
+    (Triton: the tensor, FlashInfer: a one-element list).
+    """
     buffer = guards.replace(backend, "cuda_graph_kv_indices", "cuda_graph_kv_indices")
     for step, inner in enumerate(getattr(backend, "attn_backends", [])):
-        if buffer is not None and buffer.dim() == 2:
-            inner.cuda_graph_kv_indices = buffer[step]
+        if isinstance(buffer, torch.Tensor) and buffer.dim() == 2:
+            row = buffer[step]
+            inner.cuda_graph_kv_indices = [row] if isinstance(inner.cuda_graph_kv_indices, list) else row
         else:
             guards.replace(inner, "cuda_graph_kv_indices", f"step {step} cuda_graph_kv_indices")

@@ -92,9 +92,15 @@ def check_graph_capacity(backend, capture_bs: int, topk: int, context_len: int, 
     Every captured request may sit at full context; in draft decode each of its
     topk branches reads that context (sglang #27338 sized this without topk).
     """
-    buffer = getattr(backend, "cuda_graph_kv_indices", None)
-    if buffer is None:
+    buffers = getattr(backend, "cuda_graph_kv_indices", None)
+    if buffers is None:
         return
+    # FlashInfer keeps one buffer per wrapper in a list; Triton a single tensor.
+    for buffer in buffers if isinstance(buffers, list) else [buffers]:
+        _check_capacity(buffer, capture_bs, topk, context_len, multi_step)
+
+
+def _check_capacity(buffer, capture_bs: int, topk: int, context_len: int, multi_step: bool) -> None:
     per_row = buffer.shape[-1] if multi_step else buffer.numel()
     needed = capture_bs * (topk if multi_step else 1) * context_len
     if per_row < needed:

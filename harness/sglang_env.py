@@ -58,6 +58,7 @@ def model_config(spec: CaseSpec, context_len: int) -> SimpleNamespace:
         num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
         hidden_size=spec.num_heads * spec.head_dim, head_dim=spec.head_dim,
         num_hidden_layers=1, max_position_embeddings=context_len,
+        architectures=["LlamaForCausalLM"],
     )
     return SimpleNamespace(
         attention_arch=AttentionArch.MHA,
