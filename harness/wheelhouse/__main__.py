@@ -1,0 +1,109 @@
+"""``python -m harness.wheelhouse {build,stage-plan,stage,install,verify}``.
+
+Only ``build`` is imported on demand: it needs zstandard, which the runner does not have
+until ``install`` has unpacked it; everything else here is standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.wheelhouse import install, transfer, verify
+from harness.wheelhouse.manifest import Manifest
+from harness.wheelhouse.pins import PINS_FILE
+from harness.wheelhouse.table import mib
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _build(args) -> int:
+    from harness.wheelhouse import build
+
+    manifest = build.build(args.out, args.part_mb, args.transfer_mib, args.level, args.window_log, args.pins)
+    print(build.report(manifest, args.out))
+    return 0
+
+
+def _stage_plan(args) -> int:
+    print(transfer.plan_text(Manifest.read(args.parts), args.parts, args.carry))
+    return 0
+
+
+def _stage(args) -> int:
+    manifest = Manifest.read(args.parts)
+    copied = transfer.copy_stage(manifest, args.parts, args.number, args.into)
+    total = sum(path.stat().st_size for path in copied)
+    print(f"stage {args.number}/{len(manifest.stages)}: {len(copied)} files, {mib(total)} in {args.into}")
+    print(f"runner: {transfer.runner_command(manifest, args.number, str(args.into))}")
+    return 0
+
+
+def _install(args) -> int:
+    work = args.work or args.parts / "unpacked"
+    print(install.install(args.parts, args.target, work, args.force))
+    return 0
+
+
+def _verify(args) -> int:
+    ok, text = verify.verify(args.target)
+    print(text)
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.wheelhouse",
+        description="Offline wheelhouse for the air-gapped GPU runner (see harness/wheelhouse/RUNBOOK.md).")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    build = commands.add_parser("build", help="download, repack, compress and split the pinned wheels")
+    build.add_argument("--out", type=Path, required=True, help="folder for the parts (outside the repo)")
+    build.add_argument("--part-mb", type=_positive, default=60.0,
+                       help="largest part, in MB of 10^6 bytes (60)")
+    build.add_argument("--transfer-mib", type=_positive, default=60.0,
+                       help="most wheelhouse bytes per transfer, leaving room for the repo (60)")
+    build.add_argument("--level", type=int, default=19, help="zstd level (19)")
+    build.add_argument("--window-log", type=int, default=31, help="zstd window log, long matching (31)")
+    build.add_argument("--pins", type=Path, default=PINS_FILE, help="pins file (gpu_pins.txt)")
+    build.set_defaults(run=_build)
+
+    plan = commands.add_parser("stage-plan", help="print the transfer batches from the manifest")
+    plan.add_argument("--parts", type=Path, required=True, help="the build's --out folder")
+    plan.add_argument("--carry", default=".carry/wheelhouse",
+                      help="git-ignored folder in the repo that the runner call carries")
+    plan.set_defaults(run=_stage_plan)
+
+    stage = commands.add_parser("stage", help="put one stage's files into the carried folder")
+    stage.add_argument("number", type=int)
+    stage.add_argument("--parts", type=Path, required=True, help="the build's --out folder")
+    stage.add_argument("--into", type=Path, default=Path(".carry/wheelhouse"))
+    stage.set_defaults(run=_stage)
+
+    inst = commands.add_parser("install", help="check, decompress and pip-install (stdlib only)")
+    inst.add_argument("--parts", type=Path, required=True, help="folder holding every stage's files")
+    inst.add_argument("--target", type=Path, required=True, help="pip --target folder")
+    inst.add_argument("--work", type=Path, help="where wheels are unpacked (PARTS/unpacked)")
+    inst.add_argument("--force", action="store_true", help="reinstall even if the target is current")
+    inst.set_defaults(run=_install)
+
+    ver = commands.add_parser("verify", help="smoke-import the installed wheelhouse")
+    ver.add_argument("--target", type=Path, required=True)
+    ver.set_defaults(run=_verify)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (FileNotFoundError, ValueError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

