@@ -27,15 +27,17 @@ def _step(*args: str) -> int:
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness run", description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--workers", default="auto", help="pytest-xdist workers (default: auto)")
+    parser.add_argument("-n", "--workers", default=None,
+                        help="pytest-xdist workers (default: one per GPU on a GPU box, else one per core)")
     parser.add_argument("--shard", default="1/1", help="i/n: run one shard of the cells")
     parser.add_argument("--section", choices=("cpu", "gpu"), default="gpu" if platform.HAS_GPU else "cpu")
     parser.add_argument("--no-readme", action="store_true", help="leave README.md untouched")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
+    workers = args.workers or (str(platform.gpu_count()) if platform.HAS_GPU else "auto")
     os.environ[RUN_ID_ENV] = run_id()
     out = REPORTS_DIR / args.section
-    tests = _step(sys.executable, "-m", "pytest", "-n", args.workers, "--shard", args.shard,
+    tests = _step(sys.executable, "-m", "pytest", "-n", workers, "--shard", args.shard,
                   "harness/test_cases.py", "-p", "no:cacheprovider", "-q", *args.pytest_args)
     cells = str(REPORTS_DIR / "cells" / os.environ[RUN_ID_ENV])
     results = str(out / "results.json")

@@ -133,7 +133,6 @@ def run_cell(cell: Cell) -> CellResult:
     _crash_drill(cell)
     from sglang.srt.layers.radix_attention import RadixAttention
 
-    platform.check_sglang_version()
     mode, entry, real_bs = MODES[cell.case.mode], BACKENDS[cell.backend], cell.case.spec.bs
     spec = (with_small_real_requests(cell.case.spec, cell.capture_bs)
             if cell.padding == "small_real" else cell.case.spec)

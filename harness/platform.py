@@ -30,6 +30,21 @@ if not HAS_GPU:
 DEVICE = "cuda" if HAS_GPU else "cpu"
 
 
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use, without initialising CUDA."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return visible.split(",")
+    import subprocess
+
+    listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    return [str(i) for i, line in enumerate(listing.splitlines()) if line.startswith("GPU ")]
+
+
+def gpu_count() -> int:
+    return max(len(visible_gpus()), 1)
+
+
 def pin_worker_gpu(worker: str | None) -> None:
     """One GPU per pytest-xdist worker: gw<i> sees GPU i mod count.
 
@@ -37,14 +52,7 @@ def pin_worker_gpu(worker: str | None) -> None:
     """
     if not HAS_GPU or not worker or not worker.startswith("gw"):
         return
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        gpus = visible.split(",")
-    else:
-        import subprocess
-
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
-        gpus = [str(i) for i, line in enumerate(listing.splitlines()) if line.startswith("GPU ")]
+    gpus = visible_gpus()
     if gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[int(worker[2:]) % len(gpus)]
 

@@ -54,9 +54,10 @@ def pytest_configure(config):
             raise pytest.UsageError(str(error)) from None
     config.addinivalue_line("markers", "cell: a differential cell from cases/*.yaml")
     try:
+        platform.check_sglang_version()
         cases = load_all_cases(Path(config.getoption("--cases-dir")))
         config._attn_known = load_known_failures(KNOWN_FAILURES)
-    except (CaseFileError, KnownFailuresError) as error:
+    except (CaseFileError, KnownFailuresError, platform.UnsupportedVersionError) as error:
         raise pytest.UsageError(str(error)) from None
     shard = _parse_shard(config.getoption("--shard"))
     config._attn_shard = shard
