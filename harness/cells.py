@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 from harness.cases import Case
@@ -55,7 +56,12 @@ def expand_cells(cases: list[Case]) -> list[Cell]:
     return cells
 
 
-def in_shard(index: int, shard: tuple[int, int]) -> bool:
-    """Round-robin split: --shard i/n keeps cells i-1, i-1+n, ... (1-based i)."""
+def in_shard(cell: Cell, shard: tuple[int, int]) -> bool:
+    """--shard i/n keeps the cells whose id hashes to i-1 (mod n).
+
+    A stable hash of the id, not the position: the cell list is ordered by
+    case and backend, so round-robin would send whole backends to one shard,
+    and adding a case would reshuffle every shard.
+    """
     number, total = shard
-    return index % total == number - 1
+    return zlib.crc32(cell.cell_id.encode()) % total == number - 1

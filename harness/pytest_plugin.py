@@ -30,7 +30,7 @@ CRASH_MARKERS = ("illegal memory access", "CUDA error", "device-side assert", "u
 def pytest_addoption(parser):
     group = parser.getgroup("attn-harness")
     group.addoption("--cases-dir", default=str(CASES_DIR), help="folder of case YAML files")
-    group.addoption("--shard", default="1/1", help="run shard i of n (round-robin over cells), e.g. 2/4")
+    group.addoption("--shard", default="1/1", help="run shard i of n (cells split by a hash of their id), e.g. 2/4")
     group.addoption("--replay", default=None, help="inject a seed bug (harness/seed_bugs.py) for this run")
 
 
@@ -61,7 +61,7 @@ def pytest_configure(config):
         raise pytest.UsageError(str(error)) from None
     shard = _parse_shard(config.getoption("--shard"))
     config._attn_shard = shard
-    config._attn_cells = [c for i, c in enumerate(expand_cells(cases)) if in_shard(i, shard)]
+    config._attn_cells = [c for c in expand_cells(cases) if in_shard(c, shard)]
     config._attn_started = time.time()
     if not hasattr(config, "workerinput"):
         _CONTROLLER["config"] = config
