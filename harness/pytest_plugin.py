@@ -97,8 +97,20 @@ def cell_metrics(request):
     return record
 
 
-def _rerun(item) -> str:
-    return f"pytest {shlex.quote(item.nodeid)}"
+def _rerun(node) -> str:
+    """The one-line command that reruns a test item or report's node."""
+    return f"pytest {shlex.quote(node.nodeid)}"
+
+
+def _cell_record(cell, status: str, reason: str | None, report, known_failure: str | None = None,
+                 metrics: dict | None = None) -> dict:
+    """One result line (harness/reporting/cell_schema.py), from a worker or the controller."""
+    return {
+        **cell.record_keys(), "status": status, "reason": reason, "known_failure": known_failure,
+        **{k: None for k in ("max_abs_err", "max_rel_err", "mismatch_frac", "tolerance")},
+        **(metrics or {}),
+        "wall_s": round(report.duration, 4), "nodeid": report.nodeid, "rerun": _rerun(report),
+    }
 
 
 def _status(report, known: str | None) -> str:
@@ -133,18 +145,13 @@ def pytest_runtest_makereport(item, call):
         return
     props = dict(item.user_properties)
     if report.failed and report.when == "call" and props.get("known_failure") is None:
-        report.sections.append(("rerun", _rerun(item)))
+        report.sections.append(("rerun", _rerun(report)))
     status = _status(report, props.get("known_failure"))
     reason = _reason(report)
     if status == "failed" and reason and any(m in reason for m in CRASH_MARKERS):
         status = "crashed"
-    append_record({
-        **cell.record_keys(), "status": status, "reason": reason,
-        "known_failure": props.get("known_failure"),
-        **{k: None for k in ("max_abs_err", "max_rel_err", "mismatch_frac", "tolerance")},
-        **props.get("metrics", {}),
-        "wall_s": round(report.duration, 4), "nodeid": item.nodeid, "rerun": _rerun(item),
-    }, worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    append_record(_cell_record(cell, status, reason, report, props.get("known_failure"), props.get("metrics")),
+                  worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
     if status == "crashed":
         # A sticky CUDA error poisons this process: leave, so xdist replaces the
         # worker and every other cell keeps running in a clean one.
@@ -162,12 +169,8 @@ def pytest_runtest_logreport(report):
     cell = cells.get(report.nodeid.rpartition("[")[2].rstrip("]"))
     if cell is None:
         return
-    append_record({
-        **cell.record_keys(), "status": "crashed", "reason": str(report.longrepr).splitlines()[0][:500],
-        "known_failure": None, "max_abs_err": None, "max_rel_err": None, "mismatch_frac": None,
-        "tolerance": None, "wall_s": round(report.duration, 4), "nodeid": report.nodeid,
-        "rerun": f"pytest {shlex.quote(report.nodeid)}",
-    }, worker="controller")
+    reason = str(report.longrepr).splitlines()[0][:500]
+    append_record(_cell_record(cell, "crashed", reason, report), worker="controller")
 
 
 def pytest_terminal_summary(terminalreporter, config):
