@@ -56,14 +56,13 @@ class BatchState:
         return [self.layout.row_slots[request][p] for p in positions]
 
 
-def build_state(spec: CaseSpec, layout: KvLayout, row_lens: list[int], device: str,
-                extra_rows: int = 0) -> BatchState:
+def build_state(spec: CaseSpec, layout: KvLayout, row_lens: list[int], device: str) -> BatchState:
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
     gen = torch.Generator().manual_seed(spec.seed)
     dtype = getattr(torch, spec.dtype)
     context_len = context_len_for(spec, row_lens)
-    req_to_token = ReqToTokenPool(size=layout.pool_rows - 1 + extra_rows, max_context_len=context_len,
+    req_to_token = ReqToTokenPool(size=layout.pool_rows - 1, max_context_len=context_len,
                                   device=device, enable_memory_saver=False)
     kv = MHATokenToKVPool(size=layout.pool_slots, page_size=spec.page_size, dtype=dtype,
                           head_num=spec.num_kv_heads, head_dim=spec.head_dim, layer_num=1,

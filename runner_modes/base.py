@@ -9,7 +9,7 @@ CUDA graph) and the reference never branch on the mode's name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from harness.cases import CaseSpec
 from harness.reference import Query
@@ -33,6 +33,10 @@ class SpecMode(Protocol):
     def steps(self, spec: CaseSpec) -> list[ForwardStep]: ...
     def forward_batch(self, state, steps: list[ForwardStep]): ...
     def step_views(self, backend, forward_batch) -> list[tuple[object, object]]: ...
+    # CUDA-graph forms (runner_modes/cuda_graph.py)
+    def tokens_per_request(self, spec: CaseSpec) -> int: ...
+    def capture_spec_info(self, spec_info, static, tokens_per_request: int): ...
+    def replay_spec_info(self, spec_info, static, tokens_per_request: int): ...
 
 
 def host_mirror(state, values: list[int], *, kept_on_gpu_only: bool = False):
@@ -66,5 +70,3 @@ def base_fields(state, forward_mode, *, seq_lens: list[int], out_slots: list[int
         spec_info=spec_info,
     )
 
-
-ModeFactory = Callable[[], SpecMode]
