@@ -11,16 +11,18 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from harness import platform
-from harness.cases import CaseSpec
+
+if TYPE_CHECKING:
+    from harness.cases import CaseSpec
 
 
 def _build(module: str, target: str, draft_multi_step: str, **ctor_kwargs):
     """Builder from class names: target/draft roles share the single-step class."""
 
-    def build(role: str, model_runner, spec: CaseSpec):
+    def build(role: str, model_runner, spec: "CaseSpec"):
         mod = importlib.import_module(module)
         if role == "draft_multi_step":
             return getattr(mod, draft_multi_step)(model_runner, spec.topk, spec.num_steps, **ctor_kwargs)
@@ -33,44 +35,84 @@ def _build(module: str, target: str, draft_multi_step: str, **ctor_kwargs):
 class Limit:
     """A combination the backend does not take: predicate on (mode, spec) -> skip reason."""
 
-    applies: Callable[[str, CaseSpec], bool]
+    applies: Callable[[str, "CaseSpec"], bool]
     reason: str
 
 
 @dataclass(frozen=True)
 class BackendEntry:
+    """Everything the harness knows about one backend; nothing about it lives elsewhere."""
+
     name: str
     server_arg: str  # sglang --attention-backend value
     build: Callable
     needs_gpu: bool
     import_check: str  # module whose import proves the backend's kernels are installed
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    dtype_reason: str = ""  # why the others are refused, in the backend's own words
+    triton_kernels: bool = False  # runs Triton kernels, so on CPU under Triton's interpreter
     limits: tuple[Limit, ...] = field(default=())
     min_capability: tuple[int, int] | None = None
-    graph_hooks: bool = True  # init_cuda_graph_state and the out/in-graph hooks exist
+    no_graph_reason: str | None = None  # set when it has no CUDA-graph hooks, saying why
+    cg_meta_exact: bool = False  # its forwards read only graph buffers, so cg_meta is exact
 
-    def skip_reason(self, mode: str, spec: CaseSpec) -> str | None:
-        if self.needs_gpu and not platform.HAS_GPU:
-            return f"{self.name} needs a CUDA GPU (this machine has none)"
-        if not platform.HAS_GPU and spec.dtype == "bfloat16":
-            return "bf16 is broken in Triton's CPU interpreter (triton-lang/triton#11584); runs on GPU"
-        if self.min_capability and platform.HAS_GPU:
-            import torch
-
-            if torch.cuda.get_device_capability() < self.min_capability:
-                return f"{self.name} needs compute capability >= {self.min_capability}"
+    def skip_reason(self, mode: str, spec: "CaseSpec") -> str | None:
+        for rule in PLATFORM_RULES:
+            reason = rule(self, spec)
+            if reason:
+                return reason
         if importlib.util.find_spec(self.import_check.split(".")[0]) is None:
             return f"{self.name}: package providing '{self.import_check}' is not installed"
+        if spec.dtype not in self.dtypes:
+            return f"{self.name}: {self.dtype_reason}"
         for limit in self.limits:
             if limit.applies(mode, spec):
                 return f"{self.name}: {limit.reason}"
         return None
 
 
-def _mode_in(*modes: str) -> Callable[[str, CaseSpec], bool]:
+def _needs_missing_gpu(entry: BackendEntry, spec: "CaseSpec") -> str | None:
+    if entry.needs_gpu and not platform.HAS_GPU:
+        return f"{entry.name} needs a CUDA GPU (this machine has none)"
+    return None
+
+
+def _bf16_under_interpreter(entry: BackendEntry, spec: "CaseSpec") -> str | None:
+    if entry.triton_kernels and not platform.HAS_GPU and spec.dtype == "bfloat16":
+        return "bf16 is broken in Triton's CPU interpreter (triton-lang/triton#11584); runs on GPU"
+    return None
+
+
+def _below_min_capability(entry: BackendEntry, spec: "CaseSpec") -> str | None:
+    if entry.min_capability and platform.HAS_GPU:
+        import torch
+
+        if torch.cuda.get_device_capability() < entry.min_capability:
+            return f"{entry.name} needs compute capability >= {entry.min_capability}"
+    return None
+
+
+# What this machine cannot run, stated once for every backend, each with a reason true for it.
+PLATFORM_RULES = (_needs_missing_gpu, _bf16_under_interpreter, _below_min_capability)
+
+
+def _mode_in(*modes: str) -> Callable[[str, "CaseSpec"], bool]:
     return lambda mode, spec: mode in modes
 
 
-_FLASH_ATTENTION = "sglang.srt.layers.attention.flashattention_backend"
+_HALF_PRECISION = ("float16", "bfloat16")
+
+
+def _flash_attention(version: int, import_check: str, min_capability: tuple[int, int],
+                     dtype_reason: str) -> BackendEntry:
+    """FA3 and FA4 are one sglang class, FlashAttentionBackend, told apart by fa_impl_ver."""
+    return BackendEntry(
+        name=f"fa{version}", server_arg=f"fa{version}", needs_gpu=True, import_check=import_check,
+        build=_build("sglang.srt.layers.attention.flashattention_backend", "FlashAttentionBackend",
+                     "FlashAttentionMultiStepBackend", fa_impl_ver=version),
+        min_capability=min_capability, dtypes=_HALF_PRECISION, dtype_reason=dtype_reason,
+    )
+
 
 BACKENDS: dict[str, BackendEntry] = {
     entry.name: entry
@@ -79,35 +121,24 @@ BACKENDS: dict[str, BackendEntry] = {
             name="triton", server_arg="triton", needs_gpu=False, import_check="triton",
             build=_build("sglang.srt.layers.attention.triton_backend",
                          "TritonAttnBackend", "TritonMultiStepDraftBackend"),
+            triton_kernels=True, cg_meta_exact=True,
         ),
         BackendEntry(
             name="flashinfer", server_arg="flashinfer", needs_gpu=True, import_check="flashinfer",
             build=_build("sglang.srt.layers.attention.flashinfer_backend",
                          "FlashInferAttnBackend", "FlashInferMultiStepDraftBackend"),
-            limits=(Limit(lambda mode, spec: spec.dtype == "float32",
-                          "FlashInfer kernels take fp16/bf16 (fp32 raises KeyError: torch.float32)"),),
+            dtypes=_HALF_PRECISION,
+            dtype_reason="FlashInfer kernels take fp16/bf16 (fp32 raises KeyError: torch.float32)",
         ),
-        BackendEntry(
-            name="fa3", server_arg="fa3", needs_gpu=True, import_check="sgl_kernel.flash_attn",
-            build=_build(_FLASH_ATTENTION, "FlashAttentionBackend", "FlashAttentionMultiStepBackend",
-                         fa_impl_ver=3),
-            min_capability=(8, 0),
-            limits=(Limit(lambda mode, spec: spec.dtype == "float32",
-                          "FA3 kernels take fp16/bf16 only (sgl_kernel flash_attn dtype check)"),),
-        ),
-        BackendEntry(
-            name="fa4", server_arg="fa4", needs_gpu=True, import_check="cutlass",
-            build=_build(_FLASH_ATTENTION, "FlashAttentionBackend", "FlashAttentionMultiStepBackend",
-                         fa_impl_ver=4),
-            min_capability=(9, 0),
-            limits=(Limit(lambda mode, spec: spec.dtype == "float32",
-                          "FA4 CuTe: inputs must be float16, bfloat16, fp8 e4m3fn, or fp8 e5m2"),),
-        ),
+        _flash_attention(3, "sgl_kernel.flash_attn", (8, 0),
+                         "FA3 kernels take fp16/bf16 only (sgl_kernel flash_attn dtype check)"),
+        _flash_attention(4, "cutlass", (9, 0),
+                         "FA4 CuTe: inputs must be float16, bfloat16, fp8 e4m3fn, or fp8 e5m2"),
         BackendEntry(
             name="torch_native", server_arg="torch_native", needs_gpu=False, import_check="torch",
             build=_build("sglang.srt.layers.attention.torch_native_backend",
                          "TorchNativeAttnBackend", "TorchNativeAttnBackend"),
-            graph_hooks=False,
+            no_graph_reason="init_cuda_graph_state raises NotImplementedError",
             limits=(
                 Limit(_mode_in("draft_decode"),
                       "EAGLE is not supported in decode attention backend torch_native "

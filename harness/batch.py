@@ -52,9 +52,6 @@ class BatchState:
             self.row_k[request][position] = k[row].cpu()
             self.row_v[request][position] = v[row].cpu()
 
-    def slots(self, request: int, positions) -> list[int]:
-        return [self.layout.row_slots[request][p] for p in positions]
-
 
 def build_state(spec: CaseSpec, layout: KvLayout, row_lens: list[int], device: str) -> BatchState:
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool

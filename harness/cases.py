@@ -16,13 +16,18 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-Mode = Literal["target_verify", "draft_extend_v2", "draft_decode"]
+from harness.backends import BACKENDS
+from harness.runner_forms import RUNNER_NAMES
+from runner_modes import MODES
+
+# Names come from their registries; the schema never keeps its own list.
+Mode = Literal[tuple(MODES)]
 Dtype = Literal["float32", "float16", "bfloat16"]
 KvLayout = Literal["shuffled", "contiguous", "interleaved", "non_monotonic"]
 HostMirrors = Literal["full", "gpu_only", "none"]
-Runner = Literal["eager", "cuda_graph", "cg_meta"]
+Runner = Literal[RUNNER_NAMES]
 PadStyle = Literal["prod_fill", "small_real"]
-BackendName = Literal["triton", "flashinfer", "fa3", "fa4", "torch_native"]
+BackendName = Literal[tuple(BACKENDS)]
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 
@@ -57,16 +62,15 @@ class CaseSpec(BaseModel):
         description="full: CPU mirrors as the scheduler passes them; gpu_only: the GPU-only "
         "path's Nones, exactly as production passes them; none: every *_cpu / seq_lens_sum None",
     )
-    runners: list[Runner] = ["eager", "cuda_graph", "cg_meta"]
+    runners: list[Runner] = list(RUNNER_NAMES)
     pad_styles: list[PadStyle] = ["prod_fill", "small_real"]
     capture_bs: list[int] = Field(
         default=[],
         description="CUDA-graph capture batch sizes; empty means 1x, 2x and 4x bs",
     )
-    backends: list[BackendName] = ["triton", "flashinfer", "fa3", "fa4", "torch_native"]
+    backends: list[BackendName] = list(BACKENDS)
     context_len: int = Field(default=0, ge=0, description="model context length; 0 = derived")
     seed: int = 0
-    tags: list[str] = []
 
     @field_validator("prefix_lens")
     @classmethod
@@ -102,50 +106,6 @@ class CaseSpec(BaseModel):
     @property
     def capture_sizes(self) -> list[int]:
         return self.capture_bs or [self.bs, 2 * self.bs, 4 * self.bs]
-
-
-# Per-mode rules: what each forward mode can take. Data, so a new mode is a new row.
-def _max_tree_nodes(topk: int, num_steps: int) -> int:
-    return 1 + sum(topk**depth for depth in range(1, num_steps + 1))
-
-
-def _check_verify_window(case: CaseSpec) -> str | None:
-    if case.input_lens is None:
-        return "input_lens: required (the verify window, e.g. num_steps + 1 for a chain)"
-    if len(set(case.input_lens)) != 1:
-        return f"input_lens: sglang verifies a fixed window per request; got {case.input_lens}"
-    window = case.input_lens[0]
-    if case.topk == 1 and window != case.num_steps + 1:
-        return f"input_lens: a chain (topk 1) verifies num_steps + 1 = {case.num_steps + 1} tokens, got {window}"
-    if case.topk > 1 and not 2 <= window <= _max_tree_nodes(case.topk, case.num_steps):
-        return (f"input_lens: a topk {case.topk} / {case.num_steps}-step tree holds 2.."
-                f"{_max_tree_nodes(case.topk, case.num_steps)} tokens, got {window}")
-    return None
-
-
-def _check_draft_extend(case: CaseSpec) -> str | None:
-    if case.input_lens is None:
-        return "input_lens: required (the draft-extend window per request)"
-    if len(set(case.input_lens)) != 1:
-        return f"input_lens: DRAFT_EXTEND_V2 fills a fixed window per request; got {case.input_lens}"
-    return None
-
-
-def _check_draft_decode(case: CaseSpec) -> str | None:
-    if case.input_lens is not None:
-        return "input_lens: draft_decode takes topk tokens per request per step; drop input_lens"
-    if case.num_steps < 2:
-        return "num_steps: draft_decode runs num_steps - 1 attention steps, so it needs num_steps >= 2"
-    if case.topk > 1 and case.page_size > 1:
-        return "page_size: draft_decode with topk > 1 supports page_size 1 only in this harness"
-    return None
-
-
-MODE_RULES = {
-    "target_verify": _check_verify_window,
-    "draft_extend_v2": _check_draft_extend,
-    "draft_decode": _check_draft_decode,
-}
 
 
 @dataclass(frozen=True)
@@ -238,7 +198,7 @@ def load_case_file(path: Path) -> list[Case]:
                 spec = CaseSpec.model_validate({**fields, "name": name})
             except ValidationError as exc:
                 raise CaseFileError(f"{where}: case '{name}': {_format_validation(exc)}") from None
-            problem = MODE_RULES[parsed.mode](spec)
+            problem = MODES[parsed.mode].validate(spec)
             if problem:
                 field, _, message = problem.partition(": ")
                 raise CaseFileError(f"{where}: case '{name}': field '{field}': {message}")

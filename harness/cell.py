@@ -15,6 +15,7 @@ import torch
 
 from harness import platform
 from harness.backends import BACKENDS
+from harness.runner_forms import RUNNER_FORMS
 from harness.batch import build_state
 from harness.cases import CaseSpec
 from harness.cells import Cell
@@ -50,24 +51,9 @@ class CellResult:
         return "; ".join(bad) or self.worst.describe()
 
 
-# Runner forms and where they cannot run: data, read by skip_reason.
-RUNNER_LIMITS = {
-    "cuda_graph": lambda cell: None if platform.HAS_GPU else "CUDA-graph capture needs a GPU",
-    "cg_meta": lambda cell: (
-        "cg_meta (graph hooks, eager forwards) is the CPU stand-in; on a GPU the cuda_graph form runs"
-        if platform.HAS_GPU else
-        None if cell.backend == "triton" else
-        f"cg_meta needs a backend whose forwards read only its graph buffers; {cell.backend} is not checked for that"),
-    "eager": lambda cell: None,
-}
-
-
 def skip_reason(cell: Cell) -> str | None:
     entry = BACKENDS[cell.backend]
-    if cell.runner != "eager" and not entry.graph_hooks:
-        return (f"{cell.backend} has no CUDA-graph support in sglang 0.5.17 "
-                "(init_cuda_graph_state raises NotImplementedError)")
-    return RUNNER_LIMITS[cell.runner](cell) or entry.skip_reason(cell.case.mode, cell.case.spec)
+    return RUNNER_FORMS[cell.runner].skip_reason(entry) or entry.skip_reason(cell.case.mode, cell.case.spec)
 
 
 def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
@@ -155,8 +141,8 @@ def run_cell(cell: Cell) -> CellResult:
         if cell.runner == "eager":
             outputs = run_eager(mode, attn_backend, forward_batch, inputs, layer)
             return CellResult(_compare_steps("eager vs reference", outputs, expected, steps, real_bs, spec))
-        plan = GraphPlan(capture_bs=cell.capture_bs if cell.padding == "prod_fill" else spec.bs,
-                         capture=cell.runner == "cuda_graph", topk=spec.topk,
+        plan = GraphPlan(capture_bs=cell.capture_bs,
+                         capture=RUNNER_FORMS[cell.runner].captures, topk=spec.topk,
                          context_len=state.pools.context_len,
                          multi_step=mode.backend_role == "draft_multi_step")
         replayed = run_cuda_graph(mode, attn_backend, forward_batch, inputs, layer, plan,

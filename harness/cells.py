@@ -6,6 +6,7 @@ import zlib
 from dataclasses import dataclass
 
 from harness.cases import Case
+from harness.runner_forms import GRAPH_RUNNER_NAMES
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        graph = f"-cbs{self.capture_bs}-{self.padding or 'nopad'}" if self.runner in GRAPH_RUNNERS else ""
+        graph = f"-cbs{self.capture_bs}-{self.padding or 'nopad'}" if self.runner in GRAPH_RUNNER_NAMES else ""
         return f"{self.case.case_id}-{self.backend}-{self.runner}{graph}"
 
     @property
@@ -33,8 +34,6 @@ class Cell:
                     mode=self.case.mode, variant=self.variant, runner=self.runner,
                     padding=self.padding, capture_bs=self.capture_bs)
 
-
-GRAPH_RUNNERS = ("cuda_graph", "cg_meta")
 
 
 def _graph_cells(case: Case, backend: str, runner: str) -> list[Cell]:
@@ -51,7 +50,7 @@ def expand_cells(cases: list[Case]) -> list[Cell]:
     for case in cases:
         for backend in case.spec.backends:
             for runner in case.spec.runners:
-                cells += (_graph_cells(case, backend, runner) if runner in GRAPH_RUNNERS
+                cells += (_graph_cells(case, backend, runner) if runner in GRAPH_RUNNER_NAMES
                           else [Cell(case, backend, runner)])
     return cells
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from harness.batch import BatchState
 from harness.reference import reference_attention
-from runner_modes.base import ForwardStep
+
+if TYPE_CHECKING:
+    from runner_modes.base import ForwardStep
 
 
 @dataclass

@@ -139,7 +139,6 @@ class SeedBug:
     summary: str
     inject: Callable[[], None]
     cells: str  # pytest -k expression: the part of the matrix that must kill it
-    needs_gpu: bool = False
 
 
 SEED_BUGS = {bug.bug_id: bug for bug in (

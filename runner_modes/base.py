@@ -9,10 +9,12 @@ CUDA graph) and the reference never branch on the mode's name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from harness.cases import CaseSpec
 from harness.reference import Query
+
+if TYPE_CHECKING:
+    from harness.cases import CaseSpec
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class SpecMode(Protocol):
     name: str
     backend_role: str  # "target", "draft" or "draft_multi_step": which backend object runs it
 
+    def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def row_lens(self, spec: CaseSpec) -> list[int]: ...
     def num_draft_tokens(self, spec: CaseSpec) -> int: ...
     def steps(self, spec: CaseSpec) -> list[ForwardStep]: ...

@@ -11,16 +11,29 @@ its own branch's tokens 0..s (its own token included, written by this step).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from harness.cases import CaseSpec
 from harness.reference import Query
 from runner_modes.base import ForwardStep, base_fields
+
+if TYPE_CHECKING:
+    from harness.cases import CaseSpec
 
 
 class DraftDecode:
     name = "draft_decode"
     backend_role = "draft_multi_step"
+
+    def validate(self, case: CaseSpec) -> str | None:
+        if case.input_lens is not None:
+            return "input_lens: draft_decode takes topk tokens per request per step; drop input_lens"
+        if case.num_steps < 2:
+            return "num_steps: draft_decode runs num_steps - 1 attention steps, so it needs num_steps >= 2"
+        if case.topk > 1 and case.page_size > 1:
+            return "page_size: draft_decode with topk > 1 supports page_size 1 only in this harness"
+        return None
 
     def num_draft_tokens(self, spec: CaseSpec) -> int:
         return spec.topk * spec.num_steps + 1 if spec.topk > 1 else spec.num_steps + 1

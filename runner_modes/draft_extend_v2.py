@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import copy
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from harness.cases import CaseSpec
 from harness.reference import Query
 from runner_modes.base import ForwardStep, base_fields, host_mirror
+
+if TYPE_CHECKING:
+    from harness.cases import CaseSpec
 
 
 class DraftExtendV2:
     name = "draft_extend_v2"
     backend_role = "draft"
+
+    def validate(self, case: CaseSpec) -> str | None:
+        if case.input_lens is None:
+            return "input_lens: required (the draft-extend window per request)"
+        if len(set(case.input_lens)) != 1:
+            return f"input_lens: DRAFT_EXTEND_V2 fills a fixed window per request; got {case.input_lens}"
+        return None
 
     def num_draft_tokens(self, spec: CaseSpec) -> int:
         return spec.input_lens[0]

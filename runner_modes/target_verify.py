@@ -12,12 +12,20 @@ given to backends as spec_info.custom_mask: per request a
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 
-from harness.cases import CaseSpec
 from harness.reference import Query
 from runner_modes.base import ForwardStep, base_fields
+
+if TYPE_CHECKING:
+    from harness.cases import CaseSpec
+
+
+def max_tree_nodes(topk: int, num_steps: int) -> int:
+    """The most tokens a topk / num_steps EAGLE tree can hold, root included."""
+    return 1 + sum(topk**depth for depth in range(1, num_steps + 1))
 
 
 def draft_tree(spec: CaseSpec, request: int) -> list[int]:
@@ -53,6 +61,18 @@ def ancestors_or_self(parents: list[int], node: int) -> list[int]:
 class TargetVerify:
     name = "target_verify"
     backend_role = "target"
+
+    def validate(self, case: CaseSpec) -> str | None:
+        if case.input_lens is None:
+            return "input_lens: required (the verify window, e.g. num_steps + 1 for a chain)"
+        if len(set(case.input_lens)) != 1:
+            return f"input_lens: sglang verifies a fixed window per request; got {case.input_lens}"
+        window, most = case.input_lens[0], max_tree_nodes(case.topk, case.num_steps)
+        if case.topk == 1 and window != case.num_steps + 1:
+            return f"input_lens: a chain (topk 1) verifies num_steps + 1 = {case.num_steps + 1} tokens, got {window}"
+        if case.topk > 1 and not 2 <= window <= most:
+            return f"input_lens: a topk {case.topk} / {case.num_steps}-step tree holds 2..{most} tokens, got {window}"
+        return None
 
     def num_draft_tokens(self, spec: CaseSpec) -> int:
         return spec.input_lens[0]

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.runner_forms import GRAPH_RUNNER_NAMES as GRAPH_RUNNERS
+from harness.runner_forms import RUNNER_NAMES as RUNNERS
+
 STATUSES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed")
 EXECUTED = frozenset(STATUSES) - {"skipped"}
 # Outcomes that make the pytest run fail: a real failure, or a known failure that got fixed.
 UNEXPECTED = frozenset({"failed", "crashed", "xpassed"})
-RUNNERS = ("eager", "cuda_graph", "cg_meta")
-GRAPH_RUNNERS = ("cuda_graph", "cg_meta")  # runner forms that carry padding / capture_bs
 PADDINGS = ("prod_fill", "small_real")
 # Display order only (reports put the verify path first); unknown modes sort after these.
 MODE_ORDER = ("target_verify", "draft_extend_v2", "draft_decode")
