@@ -17,8 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.backends import BACKENDS
-from harness.runner_forms import RUNNER_NAMES
-from runner_modes import MODES
+from harness.runners import RUNNER_NAMES
+from harness.modes import MODES
 
 # Names come from their registries; the schema never keeps its own list.
 Mode = Literal[tuple(MODES)]

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.batch import BatchState
+from harness.pools import BatchState
 from harness.reference import reference_attention
 
 if TYPE_CHECKING:
-    from runner_modes.base import ForwardStep
+    from harness.modes.base import ForwardStep
 
 
 @dataclass

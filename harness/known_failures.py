@@ -19,7 +19,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from harness.runner_forms import RUNNER_NAMES as RUNNERS
+from harness.runners import RUNNER_NAMES as RUNNERS
 
 # field -> what a valid value looks like (quoted in errors). Selector values are comma-separated
 # globs (fnmatch: * ? [...]); backticks around a glob are allowed and stripped, so that

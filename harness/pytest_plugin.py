@@ -16,7 +16,7 @@ import pytest
 
 from harness import platform
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
-from harness.cells import expand_cells, in_shard
+from harness.cell_matrix import expand_cells, in_shard
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
 from harness.results import append_record, run_id, write_run_info
 from harness.seed_bugs import ReplayError, inject

@@ -101,7 +101,7 @@ def _stale_seq_lens_sum() -> None:
     state the next verify forward receives: seq_lens advanced by the accepted
     tokens, seq_lens_sum still the previous total.
     """
-    from runner_modes import target_verify
+    from harness.modes import target_verify
 
     original = target_verify.base_fields
 

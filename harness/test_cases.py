@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cell import CellSkipped, run_cell
+from harness.run_cell import CellSkipped, run_cell
 
 
 def test_cell(cell, cell_metrics):

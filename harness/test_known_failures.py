@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
-from harness.runner_forms import RUNNER_NAMES as RUNNERS
+from harness.runners import RUNNER_NAMES as RUNNERS
 
 REPO_LEDGER = Path(__file__).resolve().parent.parent / "KNOWN_FAILURES.md"
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.runner_forms import GRAPH_RUNNER_NAMES as GRAPH_RUNNERS
-from harness.runner_forms import RUNNER_NAMES as RUNNERS
+from harness.runners import GRAPH_RUNNER_NAMES as GRAPH_RUNNERS
+from harness.runners import RUNNER_NAMES as RUNNERS
 
 STATUSES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed")
 EXECUTED = frozenset(STATUSES) - {"skipped"}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from runner_modes.base import ForwardStep, base_fields
+from harness.modes.base import ForwardStep, base_fields
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec

@@ -24,7 +24,7 @@ import torch
 from harness.forward_inputs import StepInputs
 from harness.guards import Guards, guard_graph_indices
 from harness.invariants import check_backend, check_graph_capacity
-from runner_modes.padding import pad_rows, padded_host_fields
+from harness.runners.padding import pad_rows, padded_host_fields
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import zlib
 from dataclasses import dataclass
 
 from harness.cases import Case
-from harness.runner_forms import GRAPH_RUNNER_NAMES
+from harness.runners import GRAPH_RUNNER_NAMES
 
 
 @dataclass(frozen=True)

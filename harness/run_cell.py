@@ -15,17 +15,17 @@ import torch
 
 from harness import platform
 from harness.backends import BACKENDS
-from harness.runner_forms import RUNNER_FORMS
-from harness.batch import build_state
+from harness.runners import RUNNER_FORMS
+from harness.pools import build_state
 from harness.cases import CaseSpec
-from harness.cells import Cell
+from harness.cell_matrix import Cell
 from harness.compare import Comparison, compare
 from harness.forward_inputs import draw_inputs
 from harness.kv_layout import build_layout
 from harness.sglang_env import model_runner, server_fields, sglang_state
-from runner_modes import MODES
-from runner_modes.cuda_graph import GraphPlan, run_cuda_graph
-from runner_modes.eager import run_eager
+from harness.modes import MODES
+from harness.runners.cuda_graph import GraphPlan, run_cuda_graph
+from harness.runners.eager import run_eager
 
 SMALL_REAL_PREFIXES = (1, 2, 3)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from runner_modes.base import ForwardStep, base_fields, host_mirror
+from harness.modes.base import ForwardStep, base_fields, host_mirror
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec

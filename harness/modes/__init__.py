@@ -1,0 +1,11 @@
+"""Forward modes: what a batch is and what each query may see. The one registry of modes.
+
+Adding a mode is its module here (a class with the SpecMode hooks of base.py) plus its
+cases/<mode>.yaml; the case schema, matrix and reports read the names from MODES.
+"""
+
+from harness.modes.draft_decode import MODE as DRAFT_DECODE
+from harness.modes.draft_extend_v2 import MODE as DRAFT_EXTEND_V2
+from harness.modes.target_verify import MODE as TARGET_VERIFY
+
+MODES = {mode.name: mode for mode in (TARGET_VERIFY, DRAFT_EXTEND_V2, DRAFT_DECODE)}
