@@ -1,4 +1,4 @@
-"""Where the harness runs: device, Triton interpreter switch, supported versions.
+"""Where the harness runs: device, Triton interpreter switch, installed versions.
 
 This module must be imported before torch/triton/sglang kernels anywhere in the
 harness: Triton reads ``TRITON_INTERPRET`` once, at import time, so the switch to
@@ -10,9 +10,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shutil
-
-SUPPORTED_SGLANG = ("0.5.17",)
-
 
 def _has_cuda_driver() -> bool:
     """Decide GPU vs CPU without importing torch (which would freeze Triton's mode)."""
@@ -57,31 +54,11 @@ def pin_worker_gpu(worker: str | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[int(worker[2:]) % len(gpus)]
 
 
-class UnsupportedVersionError(RuntimeError):
-    """Raised when the installed sglang is one whose contracts we have not read."""
-
-
 def installed_version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def check_sglang_version() -> str:
-    version = installed_version("sglang")
-    if version is None:
-        raise UnsupportedVersionError(
-            "sglang is not installed; install it with "
-            "`pip install -c constraints-cpu.txt --no-deps sglang==0.5.17` (see README)."
-        )
-    if version not in SUPPORTED_SGLANG:
-        raise UnsupportedVersionError(
-            f"sglang {version} is installed, but attn-harness supports "
-            f"{', '.join(SUPPORTED_SGLANG)} only: its fixtures mirror that version's "
-            "scheduler contracts (seq_lens per mode, CUDA-graph hooks)."
-        )
-    return version
 
 
 def versions() -> dict[str, str | None]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import platform
+from harness import platform, releases
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cell_matrix import expand_cells, in_shard
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
@@ -54,10 +54,10 @@ def pytest_configure(config):
             raise pytest.UsageError(str(error)) from None
     config.addinivalue_line("markers", "cell: a differential cell from cases/*.yaml")
     try:
-        platform.check_sglang_version()
+        config._attn_release = releases.installed()
         cases = load_all_cases(Path(config.getoption("--cases-dir")))
         config._attn_known = load_known_failures(KNOWN_FAILURES)
-    except (CaseFileError, KnownFailuresError, platform.UnsupportedVersionError) as error:
+    except (CaseFileError, KnownFailuresError, releases.UnsupportedVersionError) as error:
         raise pytest.UsageError(str(error)) from None
     shard = _parse_shard(config.getoption("--shard"))
     config._attn_shard = shard
@@ -65,6 +65,13 @@ def pytest_configure(config):
     config._attn_started = time.time()
     if not hasattr(config, "workerinput"):
         _CONTROLLER["config"] = config
+
+
+def pytest_report_header(config):
+    release = getattr(config, "_attn_release", None)
+    if release is not None:
+        return [f"sglang {release.version}: contracts of {release.contracts}"] + ([release.note] if release.note else [])
+    return None
 
 
 def pytest_generate_tests(metafunc):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness import platform
+from harness import releases
 
 
 @pytest.fixture(scope="module")
 def decide():
-    platform.check_sglang_version()
+    releases.installed()
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend, TritonMultiStepDraftBackend
     from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
     from sglang.srt.server_args import ServerArgs
