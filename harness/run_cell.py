@@ -22,7 +22,7 @@ from harness.cell_matrix import Cell
 from harness.compare import Comparison, compare
 from harness.forward_inputs import draw_inputs
 from harness.kv_layout import build_layout
-from harness.sglang_env import model_runner, server_fields, sglang_state
+from harness.sglang_env import model_runner, scheduler_keeps_host_mirrors, server_fields, sglang_state
 from harness.modes import MODES
 from harness.runners.cuda_graph import GraphPlan, run_cuda_graph
 from harness.runners.eager import run_eager
@@ -65,11 +65,9 @@ def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
     """
     if spec.host_mirrors == "full":
         return
-    from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
-
     # The worker passes all its backend slots; an unset one (e.g. no separate
     # draft-extend backend) is None, and sglang must skip it.
-    if decide_needs_cpu_seq_lens(server_args, [attn_backend, None]):
+    if scheduler_keeps_host_mirrors(server_args, [attn_backend, None]):
         raise CellSkipped(
             f"{backend} declares needs_cpu_seq_lens (or leaves it undeclared), so sglang's scheduler "
             "keeps seq_lens_cpu/seq_lens_sum for it: the GPU-only path never reaches it "

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Iterator
 
 from harness.cases import CaseSpec
+from harness.releases import since
 
 SINGLE_RANK = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0,
                    attn_dcp_size=1, attn_dcp_rank=0, dcp_size=1, dcp_rank=0,
@@ -63,7 +64,7 @@ def model_config(spec: CaseSpec, context_len: int) -> SimpleNamespace:
     return SimpleNamespace(
         attention_arch=AttentionArch.MHA,
         get_max_num_attention_heads=lambda: spec.num_heads,
-        get_num_kv_heads=lambda tp_size: spec.num_kv_heads // tp_size,
+        get_num_kv_heads=lambda tp_size, dcp_size=1: spec.num_kv_heads // (tp_size // dcp_size),
         num_attention_heads=spec.num_heads,
         num_key_value_heads=spec.num_kv_heads,
         head_dim=spec.head_dim,
@@ -82,14 +83,38 @@ def model_config(spec: CaseSpec, context_len: int) -> SimpleNamespace:
     )
 
 
+def _trivial_parallel_state(runner: SimpleNamespace) -> None:
+    """0.5.17: backends read the parallel topology off model_runner.ps."""
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+
+    runner.ps = ParallelState.trivial()
+
+
+def _runner_methods(runner: SimpleNamespace) -> None:
+    """Newer releases: backends call model-runner methods and read its KV index translator.
+
+    sglang's own ModelRunner methods are bound to the stand-in, so what they
+    compute (tokens per request, the translator) is sglang's, not a copy.
+    """
+    from types import MethodType
+
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    runner.decode_num_tokens_per_req = MethodType(ModelRunner.decode_num_tokens_per_req, runner)
+    ModelRunner.init_kv_index_translator(runner)
+
+
+# What the stand-in must carry beyond the common attributes, per release.
+STAND_IN_EXTRAS = since({"0.5.17": _trivial_parallel_state, "0.5.23": _runner_methods})
+
+
 def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: str,
                  is_draft_worker: bool) -> SimpleNamespace:
     import torch
-    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     dtype = getattr(torch, spec.dtype)
-    return SimpleNamespace(
+    runner = SimpleNamespace(
         req_to_token_pool=pools.req_to_token,
         token_to_kv_pool=pools.kv,
         token_to_kv_pool_allocator=SimpleNamespace(page_size=spec.page_size,
@@ -99,7 +124,6 @@ def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: st
         model_config=model_config(spec, pools.context_len),
         device=device,
         gpu_id=0,
-        ps=ParallelState.trivial(),
         server_args=server_args,
         is_draft_worker=is_draft_worker,
         spec_algorithm=SpeculativeAlgorithm.EAGLE,
@@ -113,3 +137,30 @@ def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: st
         plan_stream_for_flashinfer=None,
         canary_manager=None,
     )
+    STAND_IN_EXTRAS.value(runner)
+    return runner
+
+
+def _decide_with_server_args(server_args, backend_slots: list) -> bool:
+    from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
+
+    return decide_needs_cpu_seq_lens(server_args, backend_slots)
+
+
+def _decide_from_context(server_args, backend_slots: list) -> bool:
+    """Newer releases read the server args from sglang's runtime context."""
+    from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
+
+    return decide_needs_cpu_seq_lens(backend_slots)
+
+
+_NEEDS_CPU_SEQ_LENS = since({"0.5.17": _decide_with_server_args, "0.5.23": _decide_from_context})
+
+
+def scheduler_keeps_host_mirrors(server_args, backend_slots: list) -> bool:
+    """sglang's own decision (PR #26128): does the scheduler keep seq_lens_cpu / seq_lens_sum?
+
+    Asked, never re-implemented: the harness runs a GPU-only variant only where
+    this says the scheduler drops the mirrors for the backends in play.
+    """
+    return _NEEDS_CPU_SEQ_LENS.value(server_args, backend_slots)

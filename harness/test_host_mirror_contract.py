@@ -2,7 +2,8 @@
 
 The scheduler drops seq_lens_cpu / seq_lens_sum (the GPU-only path) only when
 every backend in play opts out. These tests call sglang's own
-decide_needs_cpu_seq_lens with the real backend classes.
+decide_needs_cpu_seq_lens (through the release's calling convention) with the
+real backend classes.
 """
 
 from __future__ import annotations
@@ -10,22 +11,20 @@ from __future__ import annotations
 import pytest
 
 from harness import releases
+from harness.sglang_env import scheduler_keeps_host_mirrors, sglang_state
 
 
 @pytest.fixture(scope="module")
 def decide():
     releases.installed()
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend, TritonMultiStepDraftBackend
-    from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
-    from sglang.srt.server_args import ServerArgs
 
-    args = ServerArgs(model_path="dummy", speculative_algorithm="EAGLE")
+    with sglang_state(dict(speculative_algorithm="EAGLE", attention_backend="triton")) as server_args:
+        def run(slots):
+            return scheduler_keeps_host_mirrors(server_args, slots)
 
-    def run(slots):
-        return decide_needs_cpu_seq_lens(args, slots)
-
-    run.opted_out = (TritonAttnBackend, TritonMultiStepDraftBackend)
-    return run
+        run.opted_out = (TritonAttnBackend, TritonMultiStepDraftBackend)
+        yield run
 
 
 class Undeclared:
