@@ -123,11 +123,11 @@ def run_cell(cell: Cell) -> CellResult:
     row_lens = mode.row_lens(spec)
     layout = build_layout(spec.kv_layout, row_lens, spec.page_size, spec.seed,
                           extra_rows=cell.capture_bs or 0)
-    fields = server_fields(spec, entry.server_arg, mode.num_draft_tokens(spec))
+    fields = server_fields(spec, entry.server_arg, mode.num_draft_tokens(spec), mode.spec_algorithm)
     with sglang_state(fields) as server_args:
         state = build_state(spec, layout, row_lens, platform.DEVICE)
         runner_obj = model_runner(spec, state.pools, server_args, platform.DEVICE,
-                                  is_draft_worker=mode.backend_role != "target")
+                                  is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
         attn_backend = entry.build(mode.backend_role, runner_obj, spec)
         _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
         scale = spec.head_dim ** -0.5

@@ -20,14 +20,14 @@ SINGLE_RANK = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0,
                    attn_cp_size=1, attn_cp_rank=0, attn_dp_size=1, attn_dp_rank=0)
 
 
-def server_fields(spec: CaseSpec, backend_arg: str, num_draft_tokens: int) -> dict:
+def server_fields(spec: CaseSpec, backend_arg: str, num_draft_tokens: int, algorithm: str) -> dict:
     """Server args as a speculative-decoding deployment of this case would set them."""
     return dict(
         attention_backend=backend_arg,
         page_size=spec.page_size,
         disable_cuda_graph=True,
         chunked_prefill_size=-1,
-        speculative_algorithm="EAGLE",
+        speculative_algorithm=algorithm,
         speculative_eagle_topk=spec.topk,
         speculative_num_steps=spec.num_steps,
         speculative_num_draft_tokens=num_draft_tokens,
@@ -109,7 +109,7 @@ STAND_IN_EXTRAS = since({"0.5.17": _trivial_parallel_state, "0.5.23": _runner_me
 
 
 def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: str,
-                 is_draft_worker: bool) -> SimpleNamespace:
+                 is_draft_worker: bool, algorithm: str) -> SimpleNamespace:
     import torch
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -126,7 +126,7 @@ def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: st
         gpu_id=0,
         server_args=server_args,
         is_draft_worker=is_draft_worker,
-        spec_algorithm=SpeculativeAlgorithm.EAGLE,
+        spec_algorithm=SpeculativeAlgorithm.from_string(algorithm),
         kv_cache_dtype=dtype,
         kv_cache_dtype_str="auto",
         dtype=dtype,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 class DraftDecode:
     name = "draft_decode"
     backend_role = "draft_multi_step"
+    spec_algorithm = "EAGLE"
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is not None:

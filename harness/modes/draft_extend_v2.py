@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 class DraftExtendV2:
     name = "draft_extend_v2"
     backend_role = "draft"
+    spec_algorithm = "EAGLE"
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is None:

@@ -61,6 +61,7 @@ def ancestors_or_self(parents: list[int], node: int) -> list[int]:
 class TargetVerify:
     name = "target_verify"
     backend_role = "target"
+    spec_algorithm = "EAGLE"
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is None:
@@ -80,10 +81,13 @@ class TargetVerify:
     def row_lens(self, spec: CaseSpec) -> list[int]:
         return [p + self.num_draft_tokens(spec) for p in spec.prefix_lens]
 
+    def tree(self, spec: CaseSpec, request: int) -> list[int]:
+        return draft_tree(spec, request)
+
     def steps(self, spec: CaseSpec) -> list[ForwardStep]:
         queries, writes, labels = [], [], []
         for request, prefix in enumerate(spec.prefix_lens):
-            parents = draft_tree(spec, request)
+            parents = self.tree(spec, request)
             for node in range(len(parents)):
                 seen = [*range(prefix), *(prefix + a for a in ancestors_or_self(parents, node))]
                 queries.append(Query(request, tuple(seen)))
@@ -94,7 +98,7 @@ class TargetVerify:
     def custom_mask(self, spec: CaseSpec) -> torch.Tensor:
         blocks = []
         for request, prefix in enumerate(spec.prefix_lens):
-            parents = draft_tree(spec, request)
+            parents = self.tree(spec, request)
             block = torch.zeros(len(parents), prefix + len(parents), dtype=torch.bool)
             block[:, :prefix] = True
             for node in range(len(parents)):
@@ -103,9 +107,7 @@ class TargetVerify:
         return torch.cat(blocks)
 
     def forward_batch(self, state, steps: list[ForwardStep]):
-        from sglang.srt.model_executor.forward_batch_info import (
-            CaptureHiddenMode, ForwardBatch, ForwardMode)
-        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
         spec = state.spec
         window = self.num_draft_tokens(spec)
@@ -115,9 +117,18 @@ class TargetVerify:
             state, ForwardMode.TARGET_VERIFY, seq_lens=list(spec.prefix_lens),
             out_slots=[state.layout.row_slots[r][p] for r, p in writes],
             num_tokens=len(writes), positions=positions, spec_info=None)
+        fields["spec_info"] = self.verify_input(state, fields, window)
+        return ForwardBatch(**fields)
+
+    def verify_input(self, state, fields: dict, window: int):
+        """The spec_info eagle_worker_v2 hands the target model (retrieve_* unused by attention)."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+        spec = state.spec
         no_tree = torch.full((spec.bs, window), -1, dtype=torch.long, device=state.device)
-        fields["spec_info"] = EagleVerifyInput(
-            draft_token=torch.zeros(len(writes), dtype=torch.long, device=state.device),
+        return EagleVerifyInput(
+            draft_token=torch.zeros(spec.bs * window, dtype=torch.long, device=state.device),
             custom_mask=self.custom_mask(spec).to(state.device),
             positions=fields["positions"],
             retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
@@ -125,7 +136,6 @@ class TargetVerify:
             draft_token_num=window, capture_hidden_mode=CaptureHiddenMode.FULL,
             seq_lens_sum=fields["seq_lens_sum"], seq_lens_cpu=fields["seq_lens_cpu"],
         )
-        return ForwardBatch(**fields)
 
     def step_views(self, backend, forward_batch):
         return [(backend, forward_batch)]

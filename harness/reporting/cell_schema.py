@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.modes import MODES
 from harness.runners import GRAPH_RUNNER_NAMES as GRAPH_RUNNERS
 from harness.runners import RUNNER_NAMES as RUNNERS
 
@@ -23,7 +24,7 @@ EXECUTED = frozenset(STATUSES) - {"skipped"}
 UNEXPECTED = frozenset({"failed", "crashed", "xpassed"})
 PADDINGS = ("prod_fill", "small_real")
 # Display order only (reports put the verify path first); unknown modes sort after these.
-MODE_ORDER = ("target_verify", "draft_extend_v2", "draft_decode")
+MODE_ORDER = tuple(MODES)
 
 
 class ReportingError(ValueError):

@@ -1,0 +1,71 @@
+"""NGRAM verify: TARGET_VERIFY with a draft tree read from an n-gram corpus, not a draft model.
+
+Production contract (sglang ngram_worker._prepare_for_speculative_decoding, 0.5.17
+through 0.5.23): the batch is a TARGET_VERIFY forward whose spec_info is an
+NgramVerifyInput; seq_lens = committed prefix, the draft_token_num window's K/V
+are written at out_cache_loc, and custom_mask is, per request, the
+[window, prefix + window] block [all-ones prefix | tree mask], flattened, as for
+EAGLE. What differs is the tree: the corpus BFS is node-budgeted with no depth or
+branching cap (NgramVerifyInput.max_tree_depth = draft_token_num, tree_topk = -1),
+so any earlier node may be a parent, and the seq_lens_sum bookkeeping of the
+ngram worker (sglang PR #26753's bug lived there). sglang 0.5.23's scheduler keeps
+the host mirrors for NGRAM whatever the backend (decide_needs_cpu_seq_lens), and
+the harness asks sglang rather than assuming so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from harness.modes.target_verify import TargetVerify
+
+if TYPE_CHECKING:
+    from harness.cases import CaseSpec
+
+
+class NgramVerify(TargetVerify):
+    name = "ngram_verify"
+    spec_algorithm = "NGRAM"
+
+    def validate(self, case: CaseSpec) -> str | None:
+        if case.input_lens is None:
+            return "input_lens: required (draft_token_num, the verified tree's node count)"
+        if len(set(case.input_lens)) != 1:
+            return f"input_lens: the ngram worker verifies draft_token_num tokens per request; got {case.input_lens}"
+        if case.input_lens[0] < 2:
+            return f"input_lens: an ngram tree holds a root and at least one draft, so >= 2; got {case.input_lens[0]}"
+        if case.topk != 1:
+            return "topk: ngram trees branch as the corpus matches; topk does not apply, leave it at 1"
+        return None
+
+    def tree(self, spec: CaseSpec, request: int) -> list[int]:
+        """A BFS-ordered tree with arbitrary branching and depth, as the corpus search emits.
+
+        Node j's parent is any node the BFS has already opened, i.e. parents
+        never decrease; the first draft always hangs off the root.
+        """
+        window = spec.input_lens[0]
+        gen = torch.Generator().manual_seed(spec.seed * 1000 + request + 7)
+        parents = [-1]
+        for node in range(1, window):
+            earliest = parents[-1] if node > 1 else 0
+            parents.append(int(torch.randint(max(earliest, 0), node, (1,), generator=gen)))
+        return parents
+
+    def verify_input(self, state, fields: dict, window: int):
+        from sglang.srt.speculative.ngram_info import NgramVerifyInput
+
+        spec = state.spec
+        no_tree = torch.full((spec.bs, window), -1, dtype=torch.long, device=state.device)
+        return NgramVerifyInput(
+            draft_token=torch.zeros(spec.bs * window, dtype=torch.long, device=state.device),
+            custom_mask=self.custom_mask(spec).to(state.device),
+            positions=fields["positions"],
+            retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
+            draft_token_num=window,
+        )
+
+
+MODE = NgramVerify()
