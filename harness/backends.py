@@ -13,7 +13,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from harness import platform
+from harness import platform, releases
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -55,6 +55,7 @@ class BackendEntry:
     min_capability: tuple[int, int] | None = None
     no_graph_reason: str | None = None  # set when it has no CUDA-graph hooks, saying why
     cg_meta_exact: bool = False  # its forwards read only graph buffers, so cg_meta is exact
+    draft_window_since: str | None = None  # first release whose draft backend honours draft_window
 
     def skip_reason(self, mode: str, spec: "CaseSpec") -> str | None:
         for rule in PLATFORM_RULES:
@@ -65,9 +66,25 @@ class BackendEntry:
             return f"{self.name}: package providing '{self.import_check}' is not installed"
         if spec.dtype not in self.dtypes:
             return f"{self.name}: {self.dtype_reason}"
+        reason = self._draft_window_reason(spec)
+        if reason:
+            return reason
         for limit in self.limits:
             if limit.applies(mode, spec):
                 return f"{self.name}: {limit.reason}"
+        return None
+
+
+    def _draft_window_reason(self, spec: "CaseSpec") -> str | None:
+        if not spec.draft_window:
+            return None
+        if self.draft_window_since is None:
+            return (f"{self.name}: its draft backend ignores --speculative-draft-window-size (sglang honours "
+                    "it on the Triton and FlashInfer draft backends only, arg_groups/speculative_hook.py)")
+        release = releases.installed().contracts
+        if releases.version_key(release) < releases.version_key(self.draft_window_since):
+            return (f"{self.name}: the draft window / sink reaches its draft backend from sglang "
+                    f"{self.draft_window_since} on (contracts of {release} apply here)")
         return None
 
 
@@ -121,13 +138,13 @@ BACKENDS: dict[str, BackendEntry] = {
             name="triton", server_arg="triton", needs_gpu=False, import_check="triton",
             build=_build("sglang.srt.layers.attention.triton_backend",
                          "TritonAttnBackend", "TritonMultiStepDraftBackend"),
-            triton_kernels=True, cg_meta_exact=True,
+            triton_kernels=True, cg_meta_exact=True, draft_window_since="0.5.21",
         ),
         BackendEntry(
             name="flashinfer", server_arg="flashinfer", needs_gpu=True, import_check="flashinfer",
             build=_build("sglang.srt.layers.attention.flashinfer_backend",
                          "FlashInferAttnBackend", "FlashInferMultiStepDraftBackend"),
-            dtypes=_HALF_PRECISION,
+            dtypes=_HALF_PRECISION, draft_window_since="0.5.21",
             dtype_reason="FlashInfer kernels take fp16/bf16 (fp32 raises KeyError: torch.float32)",
         ),
         _flash_attention(3, "sgl_kernel.flash_attn", (8, 0),

@@ -70,6 +70,11 @@ class CaseSpec(BaseModel):
     )
     backends: list[BackendName] = list(BACKENDS)
     context_len: int = Field(default=0, ge=0, description="model context length; 0 = derived")
+    draft_window: int = Field(
+        default=0, ge=0,
+        description="draft decode only: --speculative-draft-window-size (0 = off); the draft attends "
+        "draft_sink prefix tokens + the most recent draft_window, then its own branch")
+    draft_sink: int = Field(default=0, ge=0, description="draft decode only: --speculative-draft-sink-size")
     seed: int = 0
 
     @field_validator("prefix_lens")
@@ -198,7 +203,10 @@ def load_case_file(path: Path) -> list[Case]:
                 spec = CaseSpec.model_validate({**fields, "name": name})
             except ValidationError as exc:
                 raise CaseFileError(f"{where}: case '{name}': {_format_validation(exc)}") from None
-            problem = MODES[parsed.mode].validate(spec)
+            mode = MODES[parsed.mode]
+            problem = mode.validate(spec) or (
+                None if mode.takes_draft_window or not (spec.draft_window or spec.draft_sink) else
+                f"draft_window: only draft_decode takes draft_window / draft_sink, not {parsed.mode}")
             if problem:
                 field, _, message = problem.partition(": ")
                 raise CaseFileError(f"{where}: case '{name}': field '{field}': {message}")

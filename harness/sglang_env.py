@@ -31,6 +31,8 @@ def server_fields(spec: CaseSpec, backend_arg: str, num_draft_tokens: int, algor
         speculative_eagle_topk=spec.topk,
         speculative_num_steps=spec.num_steps,
         speculative_num_draft_tokens=num_draft_tokens,
+        speculative_draft_window_size=spec.draft_window or None,
+        speculative_draft_sink_size=spec.draft_sink or None,
         triton_attention_num_kv_splits=8,
         kv_cache_dtype="auto",
     )

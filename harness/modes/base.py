@@ -30,6 +30,7 @@ class SpecMode(Protocol):
     name: str
     backend_role: str  # "target", "draft" or "draft_multi_step": which backend object runs it
     spec_algorithm: str  # sglang's --speculative-algorithm for the worker that runs this forward
+    takes_draft_window: bool  # draft_window / draft_sink apply (the multi-step draft decode)
 
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def row_lens(self, spec: CaseSpec) -> list[int]: ...

@@ -26,6 +26,7 @@ class DraftDecode:
     name = "draft_decode"
     backend_role = "draft_multi_step"
     spec_algorithm = "EAGLE"
+    takes_draft_window = True
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is not None:
@@ -34,7 +35,22 @@ class DraftDecode:
             return "num_steps: draft_decode runs num_steps - 1 attention steps, so it needs num_steps >= 2"
         if case.topk > 1 and case.page_size > 1:
             return "page_size: draft_decode with topk > 1 supports page_size 1 only in this harness"
+        if case.draft_sink and not case.draft_window:
+            return "draft_sink: sglang takes --speculative-draft-sink-size only with a draft_window"
         return None
+
+    def visible_prefix(self, spec: CaseSpec, prefix: int) -> range | tuple[int, ...]:
+        """Prefix positions a draft query reads: all, or the sink plus the recent window.
+
+        As generate_draft_decode_kv_indices (sglang 0.5.21+): with window w and
+        sink s over a prefix of L tokens, the first min(s, L) tokens and the
+        last min(L, w + s) - min(s, L) tokens.
+        """
+        if not spec.draft_window:
+            return range(prefix)
+        sink = min(spec.draft_sink, prefix)
+        recent = min(prefix, spec.draft_window + spec.draft_sink) - sink
+        return (*range(sink), *range(prefix - recent, prefix))
 
     def num_draft_tokens(self, spec: CaseSpec) -> int:
         return spec.topk * spec.num_steps + 1 if spec.topk > 1 else spec.num_steps + 1
@@ -52,7 +68,7 @@ class DraftDecode:
             for request, prefix in enumerate(spec.prefix_lens):
                 for branch in range(spec.topk):
                     own = [self.branch_position(spec, request, branch, s) for s in range(step + 1)]
-                    queries.append(Query(request, (*range(prefix), *own)))
+                    queries.append(Query(request, (*self.visible_prefix(spec, prefix), *own)))
                     writes.append((request, own[-1]))
                     labels.append(f"step {step} request {request} branch {branch}")
             steps.append(ForwardStep(queries, writes, labels))

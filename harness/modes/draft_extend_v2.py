@@ -27,6 +27,7 @@ class DraftExtendV2:
     name = "draft_extend_v2"
     backend_role = "draft"
     spec_algorithm = "EAGLE"
+    takes_draft_window = False
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is None:

@@ -62,6 +62,7 @@ class TargetVerify:
     name = "target_verify"
     backend_role = "target"
     spec_algorithm = "EAGLE"
+    takes_draft_window = False
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is None:
