@@ -224,8 +224,9 @@ def _collected(config, nodeids) -> None:
 
 
 def pytest_collection_finish(session):
-    if not hasattr(session.config, "workerinput") and hasattr(session.config, "_attn_ledger"):
-        _collected(session.config, [item.nodeid for item in session.items])
+    config = session.config
+    if not (hasattr(config, "workerinput") or config.option.collectonly) and hasattr(config, "_attn_ledger"):
+        _collected(config, [item.nodeid for item in session.items])
 
 
 @pytest.hookimpl(optionalhook=True)

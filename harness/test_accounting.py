@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 
+from harness import platform
 from harness.accounting import NOT_RUN_LIST
 from harness.cell import FORCE_CRASH_ENV
 from harness.crash_attribution import confirm_crashes
@@ -33,6 +34,7 @@ CELL = "target_verify-drill-seed{}-triton-eager"
 CRASHED = {CELL.format(i) for i in (0, 1, 2, 3, 6)}
 HEALTHY = {CELL.format(4), CELL.format(5)}
 COLLECTED = 7
+LONE_CRASH = {"cpu": "process killed by SIGSEGV", "cuda": "illegal memory access"}[platform.DEVICE]
 
 
 @pytest.fixture
@@ -77,7 +79,7 @@ def test_crashes_beyond_xdist_restart_cap_every_cell_runs(drill):
     verdicts = sorted((cell["reproduced_alone"] is True, cell["lone_run"]) for cell in cells.values()
                       if cell["status"] == "crashed")
     assert [confirmed for confirmed, _ in verdicts].count(True) == 1
-    assert "process killed by SIGSEGV" in verdicts[-1][1]
+    assert LONE_CRASH in verdicts[-1][1]
     assert all(text == "not re-run: over the --confirm-crashes 1 budget" for _, text in verdicts[:-1])
     assert "crash attribution: 5 crashed cells: 1 reproduced alone, 0 did not, 4 unconfirmed" in done.stdout
 

@@ -123,8 +123,9 @@ def fake_sanitizer(tmp_path, monkeypatch):
     logs = {"memcheck": MEMCHECK_LOG, "racecheck": RACECHECK_LOG}
 
     def install(device_supported=True):
+        unsupported = "========= COMPUTE-SANITIZER\n========= Error: Device not supported\n"
         for tool, text in logs.items():
-            (tmp_path / f"{tool}.txt").write_text(text if device_supported else "========= Error: Device not supported\n")
+            (tmp_path / f"{tool}.txt").write_text(text if device_supported else unsupported)
         _executable(tmp_path / "bin" / "compute-sanitizer", textwrap.dedent(f"""\
             #!/bin/sh
             while [ $# -gt 0 ]; do

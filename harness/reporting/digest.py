@@ -110,7 +110,8 @@ def _change_line(change: Change) -> str:
 def render_digest(digest: Digest, today: Mapping, yesterday: Mapping) -> str:
     counts = (
         f"{len(digest.new_failures)} new failures, {len(digest.new_crashes)} new crashes, "
-        f"{len(digest.newly_not_run)} newly not run, {len(digest.fixed)} fixed, {len(digest.xpassed)} unexpectedly passed, "
+        f"{len(digest.newly_not_run)} newly not run, {len(digest.fixed)} fixed, "
+        f"{len(digest.xpassed)} unexpectedly passed, "
         f"{len(digest.disappeared)} disappeared, {len(digest.slower)} slower"
     )
     total = f"cell time total: {digest.total_before_s:.0f} s → {digest.total_after_s:.0f} s"

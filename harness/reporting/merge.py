@@ -18,7 +18,8 @@ from harness.reporting.cell_schema import ReportingError, read_cell_lines, valid
 from harness.results import MANIFEST, NOTES_GLOB, RECORDS_GLOB, cell_record
 
 RUN_RECORD = "run.json"
-UNRECORDED = "no result was recorded: the session ended (killed, timed out, or its process died) before this cell reported"
+UNRECORDED = ("no result was recorded: the session ended (killed, timed out, or its process died) "
+              "before this cell reported")
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,8 @@ def test_padding_only_for_cuda_graph(tmp_path):
         merge_runs([run])
 
 
-IDENTITY_FIELDS = ("cell_id", "case", "backend", "mode", "variant", "runner", "padding", "capture_bs", "nodeid", "rerun")
+IDENTITY_FIELDS = ("cell_id", "case", "backend", "mode", "variant", "runner", "padding", "capture_bs", "nodeid",
+                   "rerun")
 
 
 def write_manifest(folder, cells):
@@ -160,7 +161,8 @@ def test_merge_folds_in_crash_attribution_and_sanitizer_notes(tmp_path):
 def test_merge_rejects_a_note_of_the_wrong_type(tmp_path):
     run = write_run(tmp_path / "night-1", {"gw0": [make_cell(status="crashed")]})
     (run / "notes-crash.json").write_text(json.dumps({make_cell()["cell_id"]: {"reproduced_alone": "yes"}}))
-    with pytest.raises(ReportingError, match=r"notes-crash\.json: .*field 'reproduced_alone' is 'yes' \(str\); expected bool"):
+    expected = r"notes-crash\.json: .*field 'reproduced_alone' is 'yes' \(str\); expected bool"
+    with pytest.raises(ReportingError, match=expected):
         merge_runs([run])
 
 
@@ -331,7 +333,8 @@ def test_digest_alarms_on_cells_that_newly_did_not_run(tmp_path):
     assert main(digest_args(tmp_path, today, yesterday)) == 1
     text = (tmp_path / "DIGEST.md").read_text()
     assert "0 new crashes, 1 newly not run" in text
-    assert f"## Newly not run (1)\n\n- `{today[0]['cell_id']}` (passed → not_run): not run: worker pool exhausted" in text
+    assert (f"## Newly not run (1)\n\n- `{today[0]['cell_id']}` (passed → not_run): "
+            "not run: worker pool exhausted") in text
 
 
 def test_digest_xpass_alone_does_not_alarm(tmp_path):
