@@ -3,7 +3,8 @@
 It runs the differential cells with pytest (one xdist worker per core, or per
 GPU), then turns the per-cell lines into reports/<cpu|gpu>/: results.json
 (the source of truth), junit.xml, SUMMARY.md, matrix.png, and the README
-matrix section for this kind of machine.
+matrix section for this kind of machine. Its last line accounts for every
+collected cell; it exits non-zero if any failed, crashed or did not run.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 from harness import platform
+from harness.reporting.cell_schema import load_results
+from harness.reporting.totals import totals_line
 from harness.results import REPORTS_DIR, RUN_ID_ENV, run_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +55,10 @@ def run(argv: list[str]) -> int:
         if _step(sys.executable, "-m", "harness.reporting", *step):
             return 1
     print(f"reports written to {out}")
-    return tests
+    cells = load_results(out / "results.json")["cells"]
+    print(totals_line(cells, str(out / "SUMMARY.md")))
+    not_run = any(cell["status"] == "not_run" for cell in cells)
+    return tests or int(not_run)
 
 
 def main() -> int:

@@ -1,4 +1,6 @@
-"""pytest wiring: cells from cases/*.yaml, known failures, per-cell result lines.
+"""pytest wiring: cells from cases/*.yaml, known failures, per-cell result lines, and the
+account of every collected cell (harness/accounting.py) with crash attribution and sanitizer
+re-runs at the session's end.
 
 Loaded from the repository's conftest.py. A malformed case file stops
 collection with one clear line (pytest.UsageError), never a traceback.
@@ -15,10 +17,15 @@ from pathlib import Path
 import pytest
 
 from harness import platform, releases
+from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cell_matrix import expand_cells, in_shard
+from harness.crash_attribution import CONFIRM_DEFAULT, attribution_summary, confirm_crashes
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
-from harness.results import append_record, run_id, write_run_info
+from harness.lone_run import LONE_TIMEOUT_S, cell_defining_args, rerun_command
+from harness.reporting.totals import totals_line
+from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
+from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
 from harness.seed_bugs import ReplayError, inject
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +39,16 @@ def pytest_addoption(parser):
     group.addoption("--cases-dir", default=str(CASES_DIR), help="folder of case YAML files")
     group.addoption("--shard", default="1/1", help="run shard i of n (cells split by a hash of their id), e.g. 2/4")
     group.addoption("--replay", default=None, help="inject a seed bug (harness/seed_bugs.py) for this run")
+    group.addoption("--confirm-crashes", type=int, default=CONFIRM_DEFAULT, metavar="N",
+                    help="re-run up to N crashed cells alone, each in a fresh process, to confirm the crash "
+                         f"is theirs (default {CONFIRM_DEFAULT}; 0: off)")
+    group.addoption("--sanitize", default=None, metavar="TOOLS",
+                    help="GPU: re-run crashed or failed cells alone under compute-sanitizer with these tools "
+                         f"({', '.join(TOOL_FLAGS)}; comma-separated) and attach each tool's first error")
+    group.addoption("--sanitize-max", type=int, default=SANITIZE_MAX_DEFAULT, metavar="N",
+                    help=f"cells to re-run under --sanitize (default {SANITIZE_MAX_DEFAULT})")
+    group.addoption("--lone-timeout", type=float, default=LONE_TIMEOUT_S, metavar="S",
+                    help=f"seconds allowed to each lone re-run (default {LONE_TIMEOUT_S})")
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -42,6 +59,20 @@ def _parse_shard(text: str) -> tuple[int, int]:
     if not 1 <= number <= total:
         raise pytest.UsageError(f"--shard {text!r}: i must be between 1 and n")
     return number, total
+
+
+def _sanitizer_tools(text: str | None) -> list[str]:
+    tools = [tool.strip() for tool in (text or "").split(",") if tool.strip()]
+    unknown = [tool for tool in tools if tool not in TOOL_FLAGS]
+    if unknown or (text is not None and not tools):
+        raise pytest.UsageError(f"--sanitize {text!r}: expected a comma-separated list of {', '.join(TOOL_FLAGS)}")
+    return tools
+
+
+def _check_counts(config) -> None:
+    for option in ("--confirm-crashes", "--sanitize-max", "--lone-timeout"):
+        if config.getoption(option) < 0:
+            raise pytest.UsageError(f"{option} {config.getoption(option)}: must be 0 or more")
 
 
 def pytest_configure(config):
@@ -60,10 +91,14 @@ def pytest_configure(config):
     except (CaseFileError, KnownFailuresError, releases.UnsupportedVersionError) as error:
         raise pytest.UsageError(str(error)) from None
     shard = _parse_shard(config.getoption("--shard"))
+    config._attn_sanitize = _sanitizer_tools(config.getoption("--sanitize"))
+    _check_counts(config)
     config._attn_shard = shard
     config._attn_cells = [c for c in expand_cells(cases) if in_shard(c, shard)]
+    config._attn_cell_args = cell_defining_args(config.getoption)
     config._attn_started = time.time()
     if not hasattr(config, "workerinput"):
+        config._attn_ledger = Ledger.open(config.option)
         _CONTROLLER["config"] = config
 
 
@@ -104,20 +139,25 @@ def cell_metrics(request):
     return record
 
 
-def _rerun(node) -> str:
-    """The one-line command that reruns a test item or report's node."""
-    return f"pytest {shlex.quote(node.nodeid)}"
+def _identity(config, cell, nodeid: str) -> dict:
+    """What names a cell in its records: its record keys, its node id and the command that reruns it."""
+    return {**cell.record_keys(), "nodeid": nodeid, "rerun": rerun_command(nodeid, config._attn_cell_args)}
 
 
-def _cell_record(cell, status: str, reason: str | None, report, known_failure: str | None = None,
+def _cell_of(config, nodeid: str):
+    """The cell a test node runs, or None for a test that is not a cell."""
+    cells = getattr(config, "_attn_cells_by_id", None)
+    if cells is None:
+        cells = config._attn_cells_by_id = {cell.cell_id: cell for cell in config._attn_cells}
+    name, _, param = nodeid.partition("[")
+    return cells.get(param.removesuffix("]")) if name.endswith("::test_cell") else None
+
+
+def _cell_record(config, cell, status: str, reason: str | None, report, known_failure: str | None = None,
                  metrics: dict | None = None) -> dict:
     """One result line (harness/reporting/cell_schema.py), from a worker or the controller."""
-    return {
-        **cell.record_keys(), "status": status, "reason": reason, "known_failure": known_failure,
-        **{k: None for k in ("max_abs_err", "max_rel_err", "mismatch_frac", "tolerance")},
-        **(metrics or {}),
-        "wall_s": round(report.duration, 4), "nodeid": report.nodeid, "rerun": _rerun(report),
-    }
+    return cell_record(_identity(config, cell, report.nodeid), status, reason, wall_s=round(report.duration, 4),
+                       known_failure=known_failure, measures=metrics)
 
 
 def _status(report, known: str | None) -> str:
@@ -152,12 +192,13 @@ def pytest_runtest_makereport(item, call):
         return
     props = dict(item.user_properties)
     if report.failed and report.when == "call" and props.get("known_failure") is None:
-        report.sections.append(("rerun", _rerun(report)))
+        report.sections.append(("rerun", rerun_command(report.nodeid, item.config._attn_cell_args)))
     status = _status(report, props.get("known_failure"))
     reason = _reason(report)
     if status == "failed" and reason and any(m in reason for m in CRASH_MARKERS):
         status = "crashed"
-    append_record(_cell_record(cell, status, reason, report, props.get("known_failure"), props.get("metrics")),
+    append_record(_cell_record(item.config, cell, status, reason, report, props.get("known_failure"),
+                               props.get("metrics")),
                   worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
     if status == "crashed":
         # A sticky CUDA error poisons this process: leave, so xdist replaces the
@@ -168,31 +209,97 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_logreport(report):
-    """Controller side: a worker that died mid-cell (segfault, os._exit) leaves no line; write it."""
+    """Controller side: a worker that died mid-cell (segfault) leaves no line; write it.
+
+    A worker that recorded its own crash before leaving (a sticky CUDA error) said more than
+    xdist can, so its line stands.
+    """
     config = _CONTROLLER.get("config")
     if config is None or "crashed while running" not in str(report.longrepr or ""):
         return
-    cells = {c.cell_id: c for c in config._attn_cells}
-    cell = cells.get(report.nodeid.rpartition("[")[2].rstrip("]"))
-    if cell is None:
+    cell = _cell_of(config, report.nodeid)
+    if cell is None or cell.cell_id in read_records(run_dir()):
         return
     reason = str(report.longrepr).splitlines()[0][:500]
-    append_record(_cell_record(cell, "crashed", reason, report), worker="controller")
+    append_record(_cell_record(config, cell, "crashed", reason, report), worker="controller")
+
+
+def _collected(config, nodeids) -> None:
+    """Controller: the run's cells as collected (after -k, deselection and sharding), before any runs."""
+    cells = [(nodeid, _cell_of(config, nodeid)) for nodeid in nodeids]
+    config._attn_ledger.collected([_identity(config, cell, nodeid) for nodeid, cell in cells if cell])
+
+
+def pytest_collection_finish(session):
+    config = session.config
+    if not (hasattr(config, "workerinput") or config.option.collectonly) and hasattr(config, "_attn_ledger"):
+        _collected(config, [item.nodeid for item in session.items])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    config = node.config
+    if hasattr(config, "_attn_ledger"):
+        config._attn_ledger.node_collected(node.gateway.id)
+        _collected(config, ids)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    config = _CONTROLLER.get("config")
+    if config is not None:
+        config._attn_ledger.node_down(node.gateway.id, error)
+
+
+def pytest_keyboard_interrupt(excinfo):
+    config = _CONTROLLER.get("config")
+    if config is not None:
+        config._attn_ledger.stop_reason = str(excinfo.value) or excinfo.typename
 
 
 def pytest_terminal_summary(terminalreporter, config):
     if hasattr(config, "workerinput") or not hasattr(config, "_attn_cells"):
         return
     for report in terminalreporter.stats.get("failed", []):
-        terminalreporter.write_line(f"rerun: pytest {shlex.quote(report.nodeid)}")
+        terminalreporter.write_line(f"rerun: {rerun_command(report.nodeid, config._attn_cell_args)}")
     for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells]):
         terminalreporter.write_line(f"STALE known failure {entry.id}: matches no cell of this run", yellow=True)
+
+
+def _after_the_run(config, records: list[dict], say) -> list[str]:
+    """Crash attribution and sanitizer re-runs (their findings go to notes files); returns the run's one-line notes."""
+    timeout, budget = config.getoption("--lone-timeout"), config.getoption("--confirm-crashes")
+    crashed = [record for record in records if record["status"] == "crashed"]
+    notes = confirm_crashes(crashed, config._attn_cell_args, budget, say, timeout) if budget else {}
+    run_notes = [line for line in [attribution_summary(notes)] if line]
+    if notes:
+        write_notes("crash", notes)
+    if config._attn_sanitize:
+        found, unavailable = sanitize(records, config._attn_sanitize, config._attn_cell_args,
+                                      config.getoption("--sanitize-max"), run_dir() / "sanitizer", say, timeout)
+        if found:
+            write_notes("sanitizer", found)
+        run_notes += [unavailable] if unavailable else []
+    return run_notes
 
 
 def pytest_sessionfinish(session):
     config = session.config
     if hasattr(config, "workerinput") or not hasattr(config, "_attn_cells"):
         return
+    terminal = config.pluginmanager.getplugin("terminalreporter")
+    say = terminal.write_line if terminal else print
+    ledger = config._attn_ledger
+    records = ledger.close(session)
+    run_notes = []
+    if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        run_notes = _after_the_run(config, records, say)
+    for line in run_notes:
+        say(line)
+    not_run = sum(record["status"] == "not_run" for record in records)
+    if not_run and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    config._attn_last_line = totals_line(records, str(ledger.folder / NOT_RUN_LIST)) if records else None
     info = {
         "run_id": run_id(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(config._attn_started)),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -202,5 +309,15 @@ def pytest_sessionfinish(session):
         "workers": getattr(config.option, "numprocesses", None) or 0,
         "replay": config.getoption("--replay"),
         "wall_s": round(time.time() - config._attn_started, 2),
+        "collected": len(records), "not_run": not_run, "worker_crashes": ledger.worker_deaths,
+        "notes": run_notes,
     }
     write_run_info(info)
+
+
+def pytest_unconfigure(config):
+    """The run's last line accounts for every collected cell (after pytest's own summary)."""
+    line = getattr(config, "_attn_last_line", None)
+    terminal = config.pluginmanager.getplugin("terminalreporter")
+    if line and terminal:
+        terminal.write_line(line, red="NOT RUN" in line, bold=True)

@@ -1,7 +1,14 @@
-"""Per-cell result lines, written as each cell finishes so a crash loses nothing.
+"""The run folder, reports/cells/<run_id>/: what a run collected and what became of each cell.
 
-Each pytest process (controller or xdist worker) appends to its own JSONL file
-under reports/cells/<run_id>/; harness/reporting merges them.
+Files, each written as soon as its facts are known so that a crash loses nothing:
+- `collected.json`: the cells the run collected, written by the controller before any runs;
+  every one of them must end with a record (a cell without one is reported as not run).
+- `<worker>.jsonl`: one result line per cell, appended by the process that ran it (or by the
+  controller for a cell whose process died, or that never ran).
+- `notes-<name>.json`: fields added to cells' records after the run (crash attribution,
+  sanitizer findings), keyed by cell id; merge folds them into results.json.
+- `run.json`: the run's facts (device, versions, command, wall time).
+harness/reporting reads them back.
 """
 
 from __future__ import annotations
@@ -13,6 +20,10 @@ from pathlib import Path
 
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 RUN_ID_ENV = "ATTN_HARNESS_RUN_ID"
+MANIFEST = "collected.json"
+NOTES_GLOB = "notes-*.json"
+RECORDS_GLOB = "*.jsonl"
+MEASURES = ("max_abs_err", "max_rel_err", "mismatch_frac", "tolerance")
 
 
 def run_id() -> str:
@@ -28,11 +39,51 @@ def run_dir(base: Path = REPORTS_DIR) -> Path:
     return path
 
 
+def cell_record(identity: dict, status: str, reason: str | None, *, wall_s: float | None = None,
+                known_failure: str | None = None, measures: dict | None = None) -> dict:
+    """One result line (harness/reporting/cell_schema.py).
+
+    `identity` is what names the cell: its record keys (harness/cells.py), nodeid and rerun.
+    """
+    return {**identity, "status": status, "reason": reason, "known_failure": known_failure,
+            **dict.fromkeys(MEASURES), **(measures or {}), "wall_s": wall_s}
+
+
 def append_record(record: dict, worker: str, base: Path = REPORTS_DIR) -> None:
     with open(run_dir(base) / f"{worker}.jsonl", "a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def read_records(folder: Path) -> dict[str, dict]:
+    """The last result line of each cell in a run folder (worker files in name order).
+
+    Lenient on purpose, for the processes that account for cells while a run ends: a line cut
+    short by a dying process is not a record. merge, which validates, names such a line.
+    """
+    found = {}
+    for path in sorted(folder.glob(RECORDS_GLOB)):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                found[record["cell_id"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue
+    return found
+
+
+def write_manifest(identities: list[dict], base: Path = REPORTS_DIR) -> Path:
+    path = run_dir(base) / MANIFEST
+    path.write_text(json.dumps({"cells": identities}, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def write_notes(name: str, notes: dict[str, dict], base: Path = REPORTS_DIR) -> Path:
+    """Fields to add to cells' records, e.g. {"<cell id>": {"reproduced_alone": True}}."""
+    path = run_dir(base) / NOTES_GLOB.replace("*", name)
+    path.write_text(json.dumps(notes, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
 
 
 def write_run_info(info: dict, base: Path = REPORTS_DIR) -> Path:

@@ -8,10 +8,14 @@ CUDA graphs, against the same batch run eagerly).
 
 from __future__ import annotations
 
+import ctypes
+import fnmatch
 import os
 from dataclasses import dataclass
 
 import torch
+import triton
+import triton.language as tl
 
 from harness import platform
 from harness.backends import BACKENDS
@@ -98,16 +102,36 @@ def _compare_steps(label: str, outputs, expected, steps, real_bs: int, spec: Cas
 FORCE_CRASH_ENV = "ATTN_HARNESS_FORCE_CRASH"
 
 
-def _crash_drill(cell: Cell) -> None:
-    """Crash-isolation drill: the named cell triggers a sticky CUDA error on purpose.
+@triton.jit
+def _store_one(pointer, offset):
+    tl.store(pointer + offset, 1.0)
 
-    An out-of-range gather on the device raises a device-side assert, which
-    poisons the CUDA context like an illegal memory access does; the run must
-    record this cell as crashed and keep every other cell's result.
+
+def _illegal_write_on_gpu() -> None:
+    """A kernel store to address 0: the CUDA illegal memory access an out-of-bounds bug causes (sticky)."""
+    target = torch.zeros(4, device="cuda")
+    _store_one[(1,)](target, -(target.data_ptr() // target.element_size()))
+    torch.cuda.synchronize()
+
+
+def _segfault_on_cpu() -> None:
+    """A genuine SIGSEGV of the process (a read of address 0), as an interpreter out-of-bounds access causes."""
+    ctypes.string_at(0)
+
+
+CRASHES = {"cuda": _illegal_write_on_gpu, "cpu": _segfault_on_cpu}
+
+
+def _crash_drill(cell: Cell) -> None:
+    """Crash-isolation drill: cells whose id matches the glob in ATTN_HARNESS_FORCE_CRASH kill their process.
+
+    On a GPU the process's CUDA context is poisoned by an illegal memory access; on CPU the
+    process segfaults. Either way the run must record those cells as crashed, keep running every
+    other cell, and account for all of them.
     """
-    if os.environ.get(FORCE_CRASH_ENV) == cell.cell_id and platform.HAS_GPU:
-        data = torch.zeros(4, device="cuda")
-        data[torch.tensor([1 << 40], device="cuda")].sum().item()
+    pattern = os.environ.get(FORCE_CRASH_ENV)
+    if pattern and fnmatch.fnmatchcase(cell.cell_id, pattern):
+        CRASHES[platform.DEVICE]()
 
 
 def run_cell(cell: Cell) -> CellResult:

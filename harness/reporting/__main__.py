@@ -1,7 +1,7 @@
 """`python -m harness.reporting <subcommand>`: one subcommand per report.
 
 Exit status: 0 success; 1 the check failed (readme-matrix --check drift, digest with new
-failures or crashes); 2 unusable input (the message names the file and what to fix).
+failures, crashes or cells not run); 2 unusable input (the message names the file and what to fix).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from harness.reporting.junit import write_junit
 from harness.reporting.merge import merge_runs, write_results
 from harness.reporting.readme_matrix import SECTIONS, readme_diff, render_block, replace_block
 from harness.reporting.summary import render_summary
+from harness.reporting.totals import totals_line
 
 REPORTS = Path("reports")
 RESULTS = REPORTS / "results.json"
@@ -35,6 +36,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     write_results(merged.results, args.out_dir / "results.json")
     write_junit(merged.results["cells"], args.out_dir / "junit.xml")
     print(f"merged {len(merged.results['cells'])} cells from {len(args.run_dirs)} run(s) into {args.out_dir}/")
+    print(totals_line(merged.results["cells"], str(args.out_dir / "results.json")))
     return 0
 
 
@@ -108,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     readme.add_argument("--check", action="store_true", help="exit 1 with a diff when the README is out of date")
     readme.set_defaults(func=cmd_readme_matrix)
 
-    digest = sub.add_parser("digest", help="compare two results.json; exit 1 on new failures or crashes")
+    digest = sub.add_parser("digest", help="compare two results.json; exit 1 on new failures, crashes or cells not run")
     digest.add_argument("--today", type=Path, default=RESULTS)
     digest.add_argument("--yesterday", type=Path, required=True)
     digest.add_argument("--out", type=Path, default=REPORTS / "DIGEST.md")

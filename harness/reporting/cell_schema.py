@@ -1,4 +1,4 @@
-"""The cell record contract: one JSON object per executed test cell.
+"""The cell record contract: one JSON object per collected test cell.
 
 The pytest plugin writes these lines; every report reads them back through `validate_cell`, so a
 record that breaks the contract is reported once, with its file and line, instead of surfacing
@@ -18,9 +18,11 @@ from harness.modes import MODES
 from harness.runners import GRAPH_RUNNER_NAMES as GRAPH_RUNNERS
 from harness.runners import RUNNER_NAMES as RUNNERS
 
-STATUSES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed")
-EXECUTED = frozenset(STATUSES) - {"skipped"}
-# Outcomes that make the pytest run fail: a real failure, or a known failure that got fixed.
+STATUSES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed", "not_run")
+# not_run: collected but never executed (worker pool exhausted, session interrupted, process
+# killed); its reason says which. Unlike skipped, it fails the run.
+EXECUTED = frozenset(STATUSES) - {"skipped", "not_run"}
+# Outcomes of executed cells that make the run fail: a real failure, or a known failure that got fixed.
 UNEXPECTED = frozenset({"failed", "crashed", "xpassed"})
 PADDINGS = ("prod_fill", "small_real")
 # Display order only (reports put the verify path first); unknown modes sort after these.
@@ -62,6 +64,13 @@ CELL_FIELDS: dict[str, _Field] = {
     "nodeid": _Field(_TEXT),
     "rerun": _Field(_TEXT),
 }
+# Added after the run by crash attribution (harness/crash_attribution.py) and sanitizer re-runs
+# (harness/sanitizer.py); absent from records that predate them.
+OPTIONAL_FIELDS: dict[str, _Field] = {
+    "reproduced_alone": _Field((bool,), nullable=True),  # did the crash happen again in a fresh process?
+    "lone_run": _Field(_TEXT, nullable=True),  # what that lone run said
+    "sanitizer": _Field((dict,), nullable=True),  # tool -> its first error block (or why none)
+}
 TOLERANCE_KEYS = ("atol", "rtol")
 # Fields that only mean something for CUDA-graph replay.
 GRAPH_ONLY_FIELDS = ("padding", "capture_bs")
@@ -71,8 +80,8 @@ def _field_problem(name: str, value: Any, spec: _Field) -> str | None:
     """Say what is wrong with one field value, or None when it is valid."""
     if value is None:
         return None if spec.nullable else "is null; it is required"
-    # bool is an int to Python, never to this contract.
-    if isinstance(value, bool) or not isinstance(value, spec.types):
+    # bool is an int to Python, never to this contract (unless the field is a bool).
+    if (isinstance(value, bool) and bool not in spec.types) or not isinstance(value, spec.types):
         wanted = " or ".join(t.__name__ for t in spec.types) + (" or null" if spec.nullable else "")
         return f"is {value!r} ({type(value).__name__}); expected {wanted}"
     if spec.choices is not None and value not in spec.choices:
@@ -83,6 +92,8 @@ def _field_problem(name: str, value: Any, spec: _Field) -> str | None:
         or not all(isinstance(value[k], _NUMBER) and not isinstance(value[k], bool) for k in value)
     ):
         return f"is {value!r}; expected {{'atol': <number>, 'rtol': <number>}} or null"
+    if name == "sanitizer" and not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return f"is {value!r}; expected {{'<tool>': '<first error>', ...}} or null"
     if isinstance(value, str) and spec.choices is None and not value and not spec.nullable:
         return "is empty"
     return None
@@ -99,7 +110,8 @@ def validate_cell(cell: Any, where: str) -> dict:
     missing = [name for name in CELL_FIELDS if name not in cell]
     if missing:
         raise ReportingError(f"{label}: missing field(s) {', '.join(missing)}")
-    for name, spec in CELL_FIELDS.items():
+    present = {**CELL_FIELDS, **{k: v for k, v in OPTIONAL_FIELDS.items() if k in cell}}
+    for name, spec in present.items():
         problem = _field_problem(name, cell[name], spec)
         if problem:
             raise ReportingError(f"{label}: field '{name}' {problem}")
@@ -150,4 +162,18 @@ def outcome_message(cell: Mapping) -> str:
         return f"known failure: {known}"
     if status == "xpassed":
         return f"UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry {known}"
+    if status == "not_run":
+        return f"not run: {cell.get('reason') or 'no reason recorded'}"
     return cell.get("reason") or status
+
+
+def diagnosis_lines(cell: Mapping) -> list[str]:
+    """What re-runs found out about a crashed or failed cell, one line each (JUnit, SUMMARY.md)."""
+    lines = []
+    if cell.get("lone_run") is not None:
+        verdict = {True: "reproduced alone", False: "did NOT reproduce alone",
+                   None: "not confirmed alone"}[cell.get("reproduced_alone")]
+        lines.append(f"{verdict}: {cell['lone_run']}")
+    for tool, finding in (cell.get("sanitizer") or {}).items():
+        lines.append(f"{tool}: {finding}")
+    return lines

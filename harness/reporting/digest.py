@@ -1,7 +1,8 @@
 """Night-over-night digest: what changed between yesterday's results.json and today's.
 
 A full matrix repeats itself every night; the digest shows only the changes a maintainer acts on
-(new failures and crashes first) and its exit status lets the nightly job alert on them alone.
+(new failures, crashes and cells that newly did not run first) and its exit status lets the
+nightly job alert on them alone.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Slowdown:
 class Digest:
     new_failures: list[Change]
     new_crashes: list[Change]
+    newly_not_run: list[Change]
     fixed: list[Change]
     xpassed: list[Change]
     disappeared: list[Change]
@@ -47,8 +49,8 @@ class Digest:
 
     @property
     def alarming(self) -> bool:
-        """What the nightly job alerts on: something broke that was not broken yesterday."""
-        return bool(self.new_failures or self.new_crashes)
+        """What the nightly job alerts on: something broke, or stopped running, since yesterday."""
+        return bool(self.new_failures or self.new_crashes or self.newly_not_run)
 
 
 def is_slower(before_s: float, after_s: float) -> bool:
@@ -78,6 +80,7 @@ def compare(today: Mapping, yesterday: Mapping) -> Digest:
     return Digest(
         new_failures=changes(lambda before: before not in BROKEN, "failed"),
         new_crashes=changes(lambda before: before != "crashed", "crashed"),
+        newly_not_run=changes(lambda before: before != "not_run", "not_run"),
         fixed=changes(lambda before: before in BROKEN, "passed"),
         xpassed=changes(lambda before: True, "xpassed"),
         disappeared=[Change(cell_id, cell["status"], cell) for cell_id, cell in old.items() if cell_id not in new],
@@ -107,7 +110,8 @@ def _change_line(change: Change) -> str:
 def render_digest(digest: Digest, today: Mapping, yesterday: Mapping) -> str:
     counts = (
         f"{len(digest.new_failures)} new failures, {len(digest.new_crashes)} new crashes, "
-        f"{len(digest.fixed)} fixed, {len(digest.xpassed)} unexpectedly passed, "
+        f"{len(digest.newly_not_run)} newly not run, {len(digest.fixed)} fixed, "
+        f"{len(digest.xpassed)} unexpectedly passed, "
         f"{len(digest.disappeared)} disappeared, {len(digest.slower)} slower"
     )
     total = f"cell time total: {digest.total_before_s:.0f} s → {digest.total_after_s:.0f} s"
@@ -123,6 +127,7 @@ def render_digest(digest: Digest, today: Mapping, yesterday: Mapping) -> str:
         "",
         *_section("New failures", digest.new_failures, _change_line),
         *_section("New crashes", digest.new_crashes, _change_line),
+        *_section("Newly not run", digest.newly_not_run, _change_line),
         *_section(
             "Unexpectedly passed: drop their KNOWN_FAILURES entries", digest.xpassed, _change_line
         ),

@@ -2,7 +2,8 @@
 
 Colour answers "did what ran pass": green when all of it did, amber to yellow by pass rate when
 known failures remain, red wherever anything failed, crashed or passed unexpectedly (one broken
-cell must not hide in a 99% square), grey where nothing ran. Each square also prints its counts
+cell must not hide in a 99% square), violet where cells never ran and nothing else went wrong,
+grey where everything was skipped. Each square also prints its counts
 and worst error, so the picture does not depend on telling colours apart.
 """
 
@@ -24,6 +25,7 @@ from harness.reporting.runs import RunFacts
 ALL_PASSED_COLOR = "#8fd19e"
 PARTIAL_PASS_COLORS = LinearSegmentedColormap.from_list("partial_pass", ["#f2a65a", "#f2e07a"])
 UNEXPECTED_COLOR = "#ef8a80"
+NOT_RUN_COLOR = "#c9b3e6"
 SKIPPED_COLOR = "#d9d9d9"
 ABSENT_COLOR = "white"
 
@@ -31,10 +33,12 @@ ABSENT_COLOR = "white"
 def _fill(tally: Tally | None) -> str:
     if tally is None:
         return ABSENT_COLOR
-    if not tally.executed:
-        return SKIPPED_COLOR
     if tally.unexpected:
         return UNEXPECTED_COLOR
+    if tally.not_run:
+        return NOT_RUN_COLOR
+    if not tally.executed:
+        return SKIPPED_COLOR
     rate = tally.passed / tally.executed
     return ALL_PASSED_COLOR if rate == 1 else PARTIAL_PASS_COLORS(rate)
 
@@ -66,6 +70,7 @@ def draw_heatmap(results: Mapping, path: Path) -> None:
             Patch(color=ALL_PASSED_COLOR, label="all executed cells passed"),
             Patch(color=PARTIAL_PASS_COLORS(0.5), label="known failures (amber = fewer passed)"),
             Patch(color=UNEXPECTED_COLOR, label="crash / fail / xpass (unexpected pass)"),
+            Patch(color=NOT_RUN_COLOR, label="cells not run (see SUMMARY.md)"),
             Patch(color=SKIPPED_COLOR, label="only skipped"),
         ],
         loc="upper center",

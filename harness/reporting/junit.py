@@ -2,7 +2,8 @@
 
 pytest's own --junitxml is per process and per shard; this one is written from results.json, so
 the CI view and the Markdown reports always show the same night. Known-failure outcomes map onto
-JUnit's vocabulary so that a fixed bug (xpassed) turns the CI page red.
+JUnit's vocabulary so that a fixed bug (xpassed) turns the CI page red, and a cell that never ran
+is an error (with the reason), never a silent absence.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.reporting.cell_schema import outcome_message
+from harness.reporting.cell_schema import diagnosis_lines, outcome_message
 
 # status -> JUnit child element of <testcase>; passed has none.
 JUNIT_ELEMENT = {
@@ -21,12 +22,13 @@ JUNIT_ELEMENT = {
     "skipped": "skipped",
     "xfailed": "skipped",
     "xpassed": "failure",
+    "not_run": "error",
 }
 
 
 def _details(cell: Mapping) -> str:
     """Body text of a failure/error: the numbers and the command to reproduce it."""
-    lines = [outcome_message(cell)]
+    lines = [outcome_message(cell), *diagnosis_lines(cell)]
     if cell["max_abs_err"] is not None:
         lines.append(
             f"max_abs_err={cell['max_abs_err']} max_rel_err={cell['max_rel_err']} "

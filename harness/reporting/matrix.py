@@ -53,6 +53,10 @@ class Tally:
         return sum(self.statuses[status] for status in UNEXPECTED)
 
     @property
+    def not_run(self) -> int:
+        return self.statuses["not_run"]
+
+    @property
     def main_skip_reason(self) -> str | None:
         return self.skip_reasons.most_common(1)[0][0] if self.skip_reasons else None
 
@@ -109,18 +113,18 @@ def format_err(value: float | None) -> str:
     return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
 
 
-# How a square counts the executed cells that did not simply pass, worst first.
-OUTCOME_WORDS = {"crashed": "crash", "failed": "fail", "xpassed": "xpass", "xfailed": "known"}
+# How a square counts the cells that did not simply pass or skip, worst first.
+OUTCOME_WORDS = {"crashed": "crash", "failed": "fail", "xpassed": "xpass", "xfailed": "known", "not_run": "not run"}
 
 
 def square_notes(tally: Tally | None) -> list[str]:
     """What a matrix square says, shared by SUMMARY.md and matrix.png: passed/executed, worst
-    error, then the outcomes that were not a plain pass; "skip" where nothing ran, nothing where no
-    cell exists.
+    error, then the outcomes that were not a plain pass (cells that never ran included); "skip"
+    where every cell was skipped, nothing where no cell exists.
     """
     if tally is None:
         return []
-    if not tally.executed:
+    if not tally.executed and not tally.not_run:
         return ["skip"]
     notes = [f"{tally.passed}/{tally.executed}", format_err(tally.worst_abs_err)]
     counts = [(tally.statuses[status], word) for status, word in OUTCOME_WORDS.items()]

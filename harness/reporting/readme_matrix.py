@@ -26,13 +26,15 @@ def markers(section: str) -> tuple[str, str]:
 def _square(tally: Tally | None) -> str:
     if tally is None:
         return "–"
-    if not tally.executed:
+    if not tally.executed and not tally.not_run:
         reason = tally.main_skip_reason
         short = reason if len(reason) <= SKIP_REASON_CHARS else reason[: SKIP_REASON_CHARS - 1] + "…"
         return f"skip: {md_cell(short)}"
     text = f"{tally.passed}/{tally.executed}"
     if tally.unexpected:
         text += " ❌"
+    if tally.not_run:
+        text += f" ⚠ {tally.not_run} not run"
     if tally.known_failures:
         text += " known: " + ", ".join(sorted(tally.known_failures))
     return text

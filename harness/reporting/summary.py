@@ -1,7 +1,8 @@
 """reports/SUMMARY.md: the human entry point to a night's results.
 
-Ordered by what a reader needs: did it pass, where not, how to reproduce each failure, why the
-cells that did not run were skipped, and which known-failure entries no longer earn their place.
+Ordered by what a reader needs: did it pass, where not, how to reproduce each failure, which
+cells never ran and why, why cells were skipped, and which known-failure entries no longer earn
+their place.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections import Counter, defaultdict
 from typing import Mapping, Sequence
 
 from harness.known_failures import KnownFailure, stale
-from harness.reporting.cell_schema import EXECUTED, STATUSES, UNEXPECTED, outcome_message
+from harness.reporting.cell_schema import EXECUTED, STATUSES, UNEXPECTED, diagnosis_lines, outcome_message
 from harness.reporting.markdown import markdown_table, md_cell
 from harness.reporting.matrix import build_matrix, column_label, format_err, square_notes
 from harness.reporting.runs import RunFacts
@@ -32,7 +33,7 @@ def _matrix_section(cells: Sequence[Mapping]) -> list[str]:
         "## Matrix",
         "",
         "passed/executed · worst max_abs_err · then counts of crash / fail / "
-        "xpass (unexpectedly passed) / known (expected failure)",
+        "xpass (unexpectedly passed) / known (expected failure) / not run",
         "",
         *markdown_table(["backend", *map(column_label, matrix.columns)], rows),
     ]
@@ -54,15 +55,33 @@ def _problems_section(cells: Sequence[Mapping]) -> list[str]:
                 f"  - max_abs_err {format_err(cell['max_abs_err'])}, max_rel_err {format_err(cell['max_rel_err'])}, "
                 f"mismatch_frac {format_err(cell['mismatch_frac'])}, tolerance {_tolerance(cell['tolerance'])}"
             )
+        lines += [f"  - {md_cell(line)}" for line in diagnosis_lines(cell)]
         lines.append(f"  - rerun: `{cell['rerun']}`")
     return lines
 
 
-def _skips_section(cells: Sequence[Mapping]) -> list[str]:
-    by_reason: dict[str, list[Mapping]] = defaultdict(list)
+def _by_reason(cells: Sequence[Mapping], status: str) -> dict[str, list[Mapping]]:
+    """Cells of one status grouped by reason, largest group first."""
+    groups: dict[str, list[Mapping]] = defaultdict(list)
     for cell in cells:
-        if cell["status"] == "skipped":
-            by_reason[cell["reason"] or "no reason given"].append(cell)
+        if cell["status"] == status:
+            groups[cell["reason"] or "no reason given"].append(cell)
+    return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), item[0])))
+
+
+def _not_run_section(cells: Sequence[Mapping]) -> list[str]:
+    lines = ["## Not run, by reason", ""]
+    groups = _by_reason(cells, "not_run")
+    if not groups:
+        return lines + ["None: every collected cell ran."]
+    for reason, group in groups.items():
+        lines.append(f"- **{md_cell(reason)}** ({len(group)} cells): "
+                     + ", ".join(f"`{cell['cell_id']}`" for cell in group))
+    return lines
+
+
+def _skips_section(cells: Sequence[Mapping]) -> list[str]:
+    by_reason = _by_reason(cells, "skipped")
     lines = ["## Skipped, by reason", ""]
     if not by_reason:
         return lines + ["None."]
@@ -73,7 +92,7 @@ def _skips_section(cells: Sequence[Mapping]) -> list[str]:
             ", ".join(sorted({cell["backend"] for cell in group})),
             ", ".join(sorted({cell["mode"] for cell in group})),
         ]
-        for reason, group in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0]))
+        for reason, group in by_reason.items()
     ]
     return lines + markdown_table(["reason", "cells", "backends", "modes"], rows)
 
@@ -96,11 +115,13 @@ def _stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailu
 
 def render_summary(results: Mapping, known_failures: Sequence[KnownFailure]) -> str:
     cells = results["cells"]
+    notes = [f"- {md_cell(note)}" for run in results["runs"] for note in run.get("notes") or []]
     sections = [
-        ["# attn-harness results", "", RunFacts.of(results["runs"]).line()],
+        ["# attn-harness results", "", RunFacts.of(results["runs"]).line(), *([""] + notes if notes else [])],
         _status_section(cells),
         _matrix_section(cells),
         _problems_section(cells),
+        _not_run_section(cells),
         _skips_section(cells),
         _stale_section(cells, known_failures),
     ]

@@ -7,7 +7,10 @@ import pytest
 
 from harness.reporting.__main__ import main
 from harness.reporting.cell_schema import ReportingError, load_results
-from harness.reporting.merge import merge_runs
+from harness.reporting.heatmap import NOT_RUN_COLOR, UNEXPECTED_COLOR, _fill
+from harness.reporting.matrix import build_matrix
+from harness.reporting.merge import UNRECORDED, merge_runs
+from harness.results import MANIFEST
 
 RUN = {
     "run_id": "night-1", "started_at": "2026-11-22T01:00:00", "finished_at": "2026-11-22T01:10:00",
@@ -41,7 +44,10 @@ CELLS = [
     make_cell(backend="flashinfer", status="xfailed", known_failure="KF-fi-tree"),
     make_cell(backend="flashinfer", case="chain-bs1", status="xpassed", known_failure="KF-fi-chain"),
     make_cell(runner="cuda_graph", padding="prod_fill", capture_bs=4),
+    make_cell(backend="torch_native", status="not_run", max_abs_err=None,
+              reason="worker pool exhausted after 5 worker crashes (--max-worker-restart 4)"),
 ]
+NOT_RUN = CELLS[-1]
 
 
 def write_run(folder, workers, run=RUN):
@@ -102,13 +108,78 @@ def test_padding_only_for_cuda_graph(tmp_path):
         merge_runs([run])
 
 
+IDENTITY_FIELDS = ("cell_id", "case", "backend", "mode", "variant", "runner", "padding", "capture_bs", "nodeid",
+                   "rerun")
+
+
+def write_manifest(folder, cells):
+    (folder / MANIFEST).write_text(json.dumps({"cells": [{k: c[k] for k in IDENTITY_FIELDS} for c in cells]}))
+
+
+def test_merge_turns_collected_cells_without_a_record_into_not_run(tmp_path, capsys):
+    """A run killed part-way: three cells collected, one recorded; the totals still count three."""
+    collected = [make_cell(), make_cell(case="chain-bs1"), make_cell(backend="fa3")]
+    run = write_run(tmp_path / "cells" / "night-1", {"gw0": collected[:1]})
+    write_manifest(run, collected)
+    assert main(["merge", str(run), "--out-dir", str(tmp_path)]) == 0
+    cells = {c["cell_id"]: c for c in load_results(tmp_path / "results.json")["cells"]}
+    assert [cells[c["cell_id"]]["status"] for c in collected] == ["passed", "not_run", "not_run"]
+    assert cells[collected[1]["cell_id"]]["reason"] == UNRECORDED
+    assert cells[collected[1]["cell_id"]]["rerun"] == collected[1]["rerun"]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("attn-harness: 2 of 3 collected cells NOT RUN (no result was recorded")
+    assert f"all listed in {tmp_path / 'results.json'} [1 passed, 2 not_run]" in last
+
+
+def test_merge_keeps_a_later_shard_record_over_not_run(tmp_path):
+    first = write_run(tmp_path / "night-1", {"controller": [make_cell(status="not_run", reason="interrupted")]})
+    second = write_run(tmp_path / "night-1b", {"gw0": [make_cell()]}, run={**RUN, "run_id": "night-1b"})
+    [cell] = merge_runs([first, second]).results["cells"]
+    assert cell["status"] == "passed"
+
+
+def test_merge_folds_in_crash_attribution_and_sanitizer_notes(tmp_path):
+    crashed = make_cell(status="crashed", reason="worker 'gw0' crashed while running", max_abs_err=None)
+    run = write_run(tmp_path / "night-1", {"controller": [crashed]})
+    (run / "notes-crash.json").write_text(json.dumps({crashed["cell_id"]: {
+        "reproduced_alone": False, "lone_run": "passed: no message"}}))
+    (run / "notes-sanitizer.json").write_text(json.dumps({crashed["cell_id"]: {
+        "sanitizer": {"memcheck": "Invalid __global__ write of size 4 bytes\nat _store_one+0x70"}}}))
+    [cell] = merge_runs([run]).results["cells"]
+    assert (cell["reproduced_alone"], cell["lone_run"]) == (False, "passed: no message")
+    assert cell["sanitizer"]["memcheck"].startswith("Invalid __global__ write")
+    write_results(tmp_path / "results.json", [cell])
+    out, ledger = tmp_path / "SUMMARY.md", tmp_path / "KNOWN_FAILURES.md"
+    ledger.write_text("")
+    assert main(["summary", "--results", str(tmp_path / "results.json"), "--known-failures", str(ledger),
+                 "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "  - did NOT reproduce alone: passed: no message" in text
+    assert "  - memcheck: Invalid __global__ write of size 4 bytes at _store_one+0x70" in text
+
+
+def test_merge_rejects_a_note_of_the_wrong_type(tmp_path):
+    run = write_run(tmp_path / "night-1", {"gw0": [make_cell(status="crashed")]})
+    (run / "notes-crash.json").write_text(json.dumps({make_cell()["cell_id"]: {"reproduced_alone": "yes"}}))
+    expected = r"notes-crash\.json: .*field 'reproduced_alone' is 'yes' \(str\); expected bool"
+    with pytest.raises(ReportingError, match=expected):
+        merge_runs([run])
+
+
+def test_not_run_colours_its_square_unless_something_failed():
+    matrix = build_matrix([NOT_RUN, make_cell(backend="fa3", status="failed"),
+                           make_cell(backend="fa3", case="x", status="not_run", reason="r")])
+    assert _fill(matrix.tally("torch_native", ("target_verify", "eager"))) == NOT_RUN_COLOR
+    assert _fill(matrix.tally("fa3", ("target_verify", "eager"))) == UNEXPECTED_COLOR
+
+
 # junit ----------------------------------------------------------------------------------------
 
 def test_junit_statuses(tmp_path):
     run = write_run(tmp_path / "cells" / "night-1", {"gw0": CELLS})
     main(["merge", str(run), "--out-dir", str(tmp_path)])
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("9", "2", "1", "3")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("10", "2", "2", "3")
 
     def outcome(cell):
         case = suite.find(f"testcase[@name='{cell['cell_id']}']")
@@ -121,6 +192,7 @@ def test_junit_statuses(tmp_path):
     assert outcome(CELLS[4]) == [("skipped", "fa4 needs sm100")]
     assert outcome(CELLS[6]) == [("skipped", "known failure: KF-fi-tree")]
     assert outcome(CELLS[7]) == [("failure", "UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry KF-fi-chain")]
+    assert outcome(NOT_RUN) == [("error", f"not run: {NOT_RUN['reason']}")]
     assert "rerun: pytest" in suite.find(f"testcase[@name='{CELLS[2]['cell_id']}']/failure").text
 
 
@@ -141,6 +213,9 @@ def test_summary(tmp_path):
     assert "| fa3 | 0/2 · 2.5e-1 · 1 crash · 1 fail | – |" in text
     assert "| flashinfer | 0/2 · 1e-7 · 1 xpass · 1 known | – |" in text
     assert "| fa4 | skip | – |" in text
+    assert "| torch_native | 0/0 · – · 1 not run | – |" in text
+    assert "| not_run | 1 |" in text and "| total | 10 |" in text
+    assert f"## Not run, by reason\n\n- **{NOT_RUN['reason']}** (1 cells): `{NOT_RUN['cell_id']}`" in text
     assert "target_verify/cuda_graph/prod_fill" in text
     assert f"rerun: `{CELLS[3]['rerun']}`" in text
     assert "UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry KF-fi-chain" in text
@@ -177,6 +252,7 @@ def test_readme_matrix_rewrite_then_check(tmp_path, capsys):
     assert "| triton | 2/2 | 1/1 |" in text
     assert "| fa3 | 0/2 ❌ | – |" in text
     assert "| fa4 | skip: fa4 needs sm100 | – |" in text
+    assert "| torch_native | 0/0 ⚠ 1 not run | – |" in text
     assert "| flashinfer | 0/2 ❌ known: KF-fi-chain, KF-fi-tree | – |" in text
     assert "_2026-11-22 · NVIDIA H200 · driver 570.86 · python 3.11.2, torch 2.11.0" in text
     assert main(readme_args(results, readme, "--check")) == 0
@@ -248,6 +324,17 @@ def test_digest_flags_new_failure_crash_xpass_fix_and_slowdown(tmp_path, capsys)
     assert f"## Fixed (1)\n\n- `{today[2]['cell_id']}` (failed → passed)" in text
     assert f"## Disappeared (1)\n\n- `{yesterday[5]['cell_id']}` (was passed)" in text
     assert f"- `{today[1]['cell_id']}`: 0.40 s → 2.00 s" in text
+
+
+def test_digest_alarms_on_cells_that_newly_did_not_run(tmp_path):
+    yesterday = [make_cell(), make_cell(case="chain-bs1", status="not_run", reason="interrupted")]
+    today = [make_cell(status="not_run", reason="worker pool exhausted"),
+             make_cell(case="chain-bs1", status="not_run", reason="interrupted")]
+    assert main(digest_args(tmp_path, today, yesterday)) == 1
+    text = (tmp_path / "DIGEST.md").read_text()
+    assert "0 new crashes, 1 newly not run" in text
+    assert (f"## Newly not run (1)\n\n- `{today[0]['cell_id']}` (passed → not_run): "
+            "not run: worker pool exhausted") in text
 
 
 def test_digest_xpass_alone_does_not_alarm(tmp_path):
