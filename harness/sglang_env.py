@@ -22,7 +22,12 @@ SINGLE_RANK = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0,
 
 def server_fields(spec: CaseSpec, backend_arg: str, num_draft_tokens: int, algorithm: str) -> dict:
     """Server args as a speculative-decoding deployment of this case would set them."""
+    # The draft window / sink fields exist only from sglang 0.5.21 on (the sink field), so they
+    # are set only by cases that use them, which backend entries skip on older releases.
+    window = {} if not spec.draft_window else dict(speculative_draft_window_size=spec.draft_window,
+                                                     speculative_draft_sink_size=spec.draft_sink)
     return dict(
+        **window,
         attention_backend=backend_arg,
         page_size=spec.page_size,
         disable_cuda_graph=True,
@@ -31,8 +36,6 @@ def server_fields(spec: CaseSpec, backend_arg: str, num_draft_tokens: int, algor
         speculative_eagle_topk=spec.topk,
         speculative_num_steps=spec.num_steps,
         speculative_num_draft_tokens=num_draft_tokens,
-        speculative_draft_window_size=spec.draft_window or None,
-        speculative_draft_sink_size=spec.draft_sink or None,
         triton_attention_num_kv_splits=8,
         kv_cache_dtype="auto",
     )
@@ -86,28 +89,36 @@ def model_config(spec: CaseSpec, context_len: int) -> SimpleNamespace:
 
 
 def _trivial_parallel_state(runner: SimpleNamespace) -> None:
-    """0.5.17: backends read the parallel topology off model_runner.ps."""
+    """Up to 0.5.20: backends read the parallel topology off model_runner.ps."""
     from sglang.srt.distributed.parallel_state_wrapper import ParallelState
 
     runner.ps = ParallelState.trivial()
 
 
-def _runner_methods(runner: SimpleNamespace) -> None:
-    """Newer releases: backends call model-runner methods and read its KV index translator.
+# sglang's own ModelRunner methods are bound to the stand-in, so what they compute
+# (the KV index translator, logits rows per request) is sglang's, not a copy.
+def _kv_index_translator(runner: SimpleNamespace) -> None:
+    """0.5.19+: backends build read indices from model_runner.kv_index_translator."""
+    from sglang.srt.model_executor.model_runner import ModelRunner
 
-    sglang's own ModelRunner methods are bound to the stand-in, so what they
-    compute (tokens per request, the translator) is sglang's, not a copy.
-    """
+    ModelRunner.init_kv_index_translator(runner)
+
+
+def _tokens_per_request(runner: SimpleNamespace) -> None:
+    """0.5.21+: Triton sizes its verify buffers with model_runner.decode_num_tokens_per_req()."""
     from types import MethodType
 
     from sglang.srt.model_executor.model_runner import ModelRunner
 
     runner.decode_num_tokens_per_req = MethodType(ModelRunner.decode_num_tokens_per_req, runner)
-    ModelRunner.init_kv_index_translator(runner)
 
 
-# What the stand-in must carry beyond the common attributes, per release.
-STAND_IN_EXTRAS = since({"0.5.17": _trivial_parallel_state, "0.5.23": _runner_methods})
+# What the stand-in must carry beyond the common attributes, per release (bisected over the wheels).
+STAND_IN_EXTRAS = since({
+    "0.5.17": (_trivial_parallel_state,),
+    "0.5.19": (_trivial_parallel_state, _kv_index_translator),
+    "0.5.21": (_kv_index_translator, _tokens_per_request),
+})
 
 
 def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: str,
@@ -139,7 +150,8 @@ def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: st
         plan_stream_for_flashinfer=None,
         canary_manager=None,
     )
-    STAND_IN_EXTRAS.value(runner)
+    for extra in STAND_IN_EXTRAS.value:
+        extra(runner)
     return runner
 
 
@@ -156,7 +168,7 @@ def _decide_from_context(server_args, backend_slots: list) -> bool:
     return decide_needs_cpu_seq_lens(backend_slots)
 
 
-_NEEDS_CPU_SEQ_LENS = since({"0.5.17": _decide_with_server_args, "0.5.23": _decide_from_context})
+_NEEDS_CPU_SEQ_LENS = since({"0.5.17": _decide_with_server_args, "0.5.19": _decide_from_context})
 
 
 def scheduler_keeps_host_mirrors(server_args, backend_slots: list) -> bool:
