@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.wheelhouse import received, repack, sitepaths, stages, transfer
+from harness.wheelhouse import received, repack, sitepaths, stages, transfer, verify
 from harness.wheelhouse.install import install, unpack
 from harness.wheelhouse.manifest import MANIFEST_NAME, FileEntry, Manifest, WheelEntry
 from harness.wheelhouse.parts import JoinedReader, PartWriter, sha256_file
@@ -252,8 +252,8 @@ def test_unpack_round_trip_and_rerun(tmp_path):
     assert unpack(manifest, out, work, zstandard) == 0
 
 
-def test_install_waits_for_every_stage_then_installs_and_writes_the_environment(tmp_path):
-    """The whole runner side on tiny wheels: resume after a lost part, pip --target, env file."""
+def test_install_waits_for_every_stage_then_installs_and_verifies(tmp_path, monkeypatch):
+    """The whole runner side on tiny wheels: resume after a lost part, pip --target, env file, verify."""
     pytest.importorskip("zstandard")
     from harness.wheelhouse import build
 
@@ -268,7 +268,8 @@ def test_install_waits_for_every_stage_then_installs_and_writes_the_environment(
               _fake_wheel(tmp_path / "tinylib-2.0-py3-none-any.whl", {"nvidia/tinylib/lib/libtiny.so": b"\0"})]
     writer = build.compress(wheels, boot.parent, part_bytes=600, level=3, window_log=27)
     parts = [FileEntry(part.path.name, part.size, part.sha256) for part in writer.parts]
-    entries = [WheelEntry(w.name, w.stat().st_size, sha256_file(w), w.name.split("-")[0] + "==1", "") for w in wheels]
+    entries = [WheelEntry(w.name, w.stat().st_size, sha256_file(w), "==".join(w.name.split("-")[:2]), "")
+               for w in wheels]
     manifest = _manifest(parts, WheelEntry(boot.name, boot.stat().st_size, sha256_file(boot), "zstandard==0.25.0", ""),
                          entries, stages.MANIFEST_RESERVE + max(boot.stat().st_size, 600),
                          FileEntry(build.ARCHIVE_NAME, writer.size, writer.sha256))
@@ -289,3 +290,21 @@ def test_install_waits_for_every_stage_then_installs_and_writes_the_environment(
     assert f"export LD_LIBRARY_PATH={target}/nvidia/tinylib/lib$" in env_file
     assert "already installed" in install(boot.parent, target, tmp_path / "work", force=False)
     assert "2 wheels" in text
+
+    monkeypatch.setattr(verify, "SMOKE_IMPORTS", ["tinypkg"])
+    monkeypatch.setattr(verify, "VERSIONS", ["tinypkg"])
+    ok, report = verify.verify(target)
+    assert ok, report
+    assert "carried: all 2 distributions found in the target at their pinned versions" in report
+    outside = tmp_path / "outside"
+    (outside / "outsider").mkdir(parents=True)
+    (outside / "outsider" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(outside))  # verify judges the target alone, not the caller's path
+    monkeypatch.setattr(verify, "SMOKE_IMPORTS", ["tinypkg", "outsider"])
+    ok, report = verify.verify(target)
+    assert not ok and "No module named 'outsider'" in report
+    monkeypatch.setattr(verify, "SMOKE_IMPORTS", ["tinypkg"])
+    (target / "tinypkg-1.0.dist-info").rename(target / "tinypkg-1.1.dist-info")
+    (target / "tinypkg-1.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.1\n")
+    ok, report = verify.verify(target)
+    assert not ok and "tinypkg==1.0  WRONG VERSION 1.1" in report
