@@ -21,13 +21,11 @@ from pathlib import Path
 import zstandard
 
 from harness.wheelhouse import fetch, repack, stages
-from harness.wheelhouse.manifest import MANIFEST_NAME, FileEntry, Manifest, WheelEntry
+from harness.wheelhouse.manifest import (ARCHIVE_NAME, BOOTSTRAP, MANIFEST_NAME, FileEntry, Manifest, WheelEntry,
+                                         wheelhouse_files)
 from harness.wheelhouse.parts import PartWriter, sha256_file
 from harness.wheelhouse.pins import Pin, read_release
 from harness.wheelhouse.table import format_table, mib
-
-ARCHIVE_NAME = "wheelhouse.tar.zst"
-BOOTSTRAP = "zstandard"
 
 
 def _split_bootstrap(pins: list[Pin]) -> tuple[Pin, list[Pin]]:
@@ -35,12 +33,6 @@ def _split_bootstrap(pins: list[Pin]) -> tuple[Pin, list[Pin]]:
     if not boot:
         raise ValueError(f"the pins must include {BOOTSTRAP}: the runner needs it to decompress")
     return boot[0], [pin for pin in pins if pin.key != BOOTSTRAP]
-
-
-def _clean_outputs(out: Path) -> None:
-    """Remove what an earlier build left, so no stale part or wheel is staged by mistake."""
-    for stale in [*out.glob(f"{ARCHIVE_NAME}.*"), *out.glob(f"{BOOTSTRAP}-*.whl"), out / MANIFEST_NAME]:
-        stale.unlink(missing_ok=True)
 
 
 def _reset_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -89,7 +81,8 @@ def build(out: Path, release: str, transfer_mib: float, level: int, window_log: 
     print(f"[build] re-zipped {len(wheels)} wheels uncompressed ({mib(stored_total)}) in {timings['re-zip']:.0f} s")
 
     step = time.monotonic()
-    _clean_outputs(out)
+    for stale in wheelhouse_files(out):  # an earlier build's, so none is staged by mistake
+        stale.unlink()
     writer = compress(stored_paths, out, part_bytes, level, window_log)
     shutil.rmtree(cache / "stored")  # 4 GB for 0.5.23, and every build makes them afresh
     timings["compress"] = time.monotonic() - step

@@ -13,6 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 MANIFEST_NAME = "wheelhouse-manifest.json"
+ARCHIVE_NAME = "wheelhouse.tar.zst"  # parts are ARCHIVE_NAME.001, .002, ...
+BOOTSTRAP = "zstandard"  # its wheel travels beside the parts
+
+
+def wheelhouse_files(folder: Path) -> list[Path]:
+    """Every file of any build in ``folder`` (parts, bootstrap wheel, manifest), so none goes stale."""
+    return [*folder.glob(f"{ARCHIVE_NAME}.*"), *folder.glob(f"{BOOTSTRAP}-*.whl"), *folder.glob(MANIFEST_NAME)]
 FORMAT = 2  # 2: the sglang release, and the manifest travels in every stage
 
 

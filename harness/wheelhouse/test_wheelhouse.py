@@ -126,14 +126,18 @@ def test_a_full_part_fills_a_stage_next_to_the_manifest_and_small_files_share_on
 def test_every_stage_carries_the_manifest_and_nothing_of_another_stage(tmp_path):
     parts_dir, carry = tmp_path / "parts", tmp_path / "carry"
     parts_dir.mkdir()
-    manifest = _manifest([FileEntry("p.1", 50 * MIB, ""), FileEntry("p.2", 50 * MIB, "")],
-                         WheelEntry("zstandard.whl", 1, "", "zstandard==0.25.0", ""), [], 60 * MIB)
-    for name in ["p.1", "p.2", "zstandard.whl", MANIFEST_NAME]:
+    part1, part2, boot = "wheelhouse.tar.zst.001", "wheelhouse.tar.zst.002", "zstandard-0.25.0-x.whl"
+    manifest = _manifest([FileEntry(part1, 50 * MIB, ""), FileEntry(part2, 50 * MIB, "")],
+                         WheelEntry(boot, 1, "", "zstandard==0.25.0", ""), [], 60 * MIB)
+    for name in [part1, part2, boot, MANIFEST_NAME]:
         (parts_dir / name).write_bytes(name.encode())
+    carry.mkdir()
+    (carry / "wheelhouse.tar.zst.021").write_bytes(b"an older build's part")
+    (carry / "keep.txt").write_text("not ours")
     for number in (1, 2):
         transfer.copy_stage(manifest, parts_dir, number, carry)
         assert MANIFEST_NAME in {path.name for path in carry.iterdir()}
-    assert sorted(path.name for path in carry.iterdir()) == sorted([MANIFEST_NAME, *manifest.stages[1].files])
+    assert sorted(path.name for path in carry.iterdir()) == sorted(["keep.txt", MANIFEST_NAME, part2])
     assert "install" in transfer.runner_command(manifest, 2, "carry")
     assert "install" not in transfer.runner_command(manifest, 1, "carry")
     assert all(len(transfer.runner_command(manifest, n, ".carry/wheelhouse")) <= 2000 for n in (1, 2))

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness.wheelhouse.manifest import MANIFEST_NAME, Manifest
+from harness.wheelhouse.manifest import MANIFEST_NAME, Manifest, wheelhouse_files
 from harness.wheelhouse.stages import MIB
 from harness.wheelhouse.table import format_table, mib
 
@@ -87,13 +87,13 @@ def check_call_size(stage_bytes: int, tree_bytes: int | None, number: int) -> No
 
 
 def copy_stage(manifest: Manifest, parts_dir: Path, number: int, into: Path) -> list[Path]:
-    """Empty ``into`` of any wheelhouse file, then copy stage ``number``'s files and the manifest there."""
+    """Empty ``into`` of any wheelhouse file (of any build), then copy stage ``number``'s files and the manifest."""
     by_number = {stage.stage: stage for stage in manifest.stages}
     if number not in by_number:
         raise ValueError(f"no stage {number}: the manifest has stages 1..{len(manifest.stages)}")
     into.mkdir(parents=True, exist_ok=True)
-    for name in [MANIFEST_NAME, *manifest.transferred()]:
-        (into / name).unlink(missing_ok=True)
+    for stale in wheelhouse_files(into):
+        stale.unlink()
     copied = []
     for file in [MANIFEST_NAME, *by_number[number].files]:
         source = parts_dir / file
