@@ -1,4 +1,4 @@
-"""``python -m harness.wheelhouse {build,stage-plan,stage,install,verify}``.
+"""``python -m harness.wheelhouse {build,stage-plan,stage,status,install,verify}``.
 
 Only ``build`` is imported on demand: it needs zstandard, which the runner does not have
 until ``install`` has unpacked it; everything else here is standard library.
@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.wheelhouse import install, transfer, verify
-from harness.wheelhouse.manifest import Manifest
-from harness.wheelhouse.pins import PINS_FILE
+from harness.wheelhouse import install, received, transfer, verify
+from harness.wheelhouse.manifest import MANIFEST_NAME, Manifest
+from harness.wheelhouse.pins import releases
 from harness.wheelhouse.table import mib
 
 
@@ -26,7 +26,7 @@ def _positive(text: str) -> float:
 def _build(args) -> int:
     from harness.wheelhouse import build
 
-    manifest = build.build(args.out, args.part_mb, args.transfer_mib, args.level, args.window_log, args.pins)
+    manifest = build.build(args.out, args.sglang, args.transfer_mib, args.level, args.window_log)
     print(build.report(manifest, args.out))
     return 0
 
@@ -38,10 +38,18 @@ def _stage_plan(args) -> int:
 
 def _stage(args) -> int:
     manifest = Manifest.read(args.parts)
+    stage_bytes = sum(stage.size for stage in manifest.stages if stage.stage == args.number)
+    transfer.check_call_size(stage_bytes + (args.parts / MANIFEST_NAME).stat().st_size,
+                             transfer.working_tree_bytes(Path.cwd()), args.number)
     copied = transfer.copy_stage(manifest, args.parts, args.number, args.into)
     total = sum(path.stat().st_size for path in copied)
     print(f"stage {args.number}/{len(manifest.stages)}: {len(copied)} files, {mib(total)} in {args.into}")
     print(f"runner: {transfer.runner_command(manifest, args.number, str(args.into))}")
+    return 0
+
+
+def _status(args) -> int:
+    print(received.status_line(received.check(Manifest.read(args.parts), args.parts), args.parts))
     return 0
 
 
@@ -63,15 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         description="Offline wheelhouse for the air-gapped GPU runner (see harness/wheelhouse/RUNBOOK.md).")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    build = commands.add_parser("build", help="download, repack, compress and split the pinned wheels")
+    known = releases()
+    build = commands.add_parser("build", help="download, repack, compress and split one release's pinned wheels")
+    build.add_argument("--sglang", choices=known, default=known[-1],
+                       help=f"the release whose pins/sglang-<release>.txt to build ({known[-1]})")
     build.add_argument("--out", type=Path, required=True, help="folder for the parts (outside the repo)")
-    build.add_argument("--part-mb", type=_positive, default=60.0,
-                       help="largest part, in MB of 10^6 bytes (60)")
-    build.add_argument("--transfer-mib", type=_positive, default=60.0,
-                       help="most wheelhouse bytes per transfer, leaving room for the repo (60)")
-    build.add_argument("--level", type=int, default=19, help="zstd level (19)")
+    build.add_argument("--transfer-mib", type=_positive, default=58.0,
+                       help="most wheelhouse bytes per runner call; 64 MiB less this is left for the "
+                       "working tree (58: the tree is about 4 MiB)")
+    build.add_argument("--level", type=int, default=3, help="zstd level (3; RUNBOOK.md has the measurements)")
     build.add_argument("--window-log", type=int, default=31, help="zstd window log, long matching (31)")
-    build.add_argument("--pins", type=Path, default=PINS_FILE, help="pins file (gpu_pins.txt)")
     build.set_defaults(run=_build)
 
     plan = commands.add_parser("stage-plan", help="print the transfer batches from the manifest")
@@ -85,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     stage.add_argument("--parts", type=Path, required=True, help="the build's --out folder")
     stage.add_argument("--into", type=Path, default=Path(".carry/wheelhouse"))
     stage.set_defaults(run=_stage)
+
+    status = commands.add_parser("status", help="on the runner: which stages are here, which to send")
+    status.add_argument("--parts", type=Path, required=True, help="folder the stages are copied into")
+    status.set_defaults(run=_status)
 
     inst = commands.add_parser("install", help="check, decompress and pip-install (stdlib only)")
     inst.add_argument("--parts", type=Path, required=True, help="folder holding every stage's files")

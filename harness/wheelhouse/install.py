@@ -1,9 +1,11 @@
 """Install the wheelhouse on the runner: check, reassemble, decompress, pip install.
 
 Standard library only (plus the carried zstandard wheel), because the runner has nothing
-of ours. Every step can be re-run: wheels already unpacked and checked are kept, a missing
-or damaged part is named together with the stage that carries it, and a target that already
-holds this archive's wheels is left alone unless ``--force`` is given.
+of ours. Every step can be re-run: nothing starts until every part is there (a missing or
+damaged part is named with the stage that carries it), wheels already unpacked and checked
+are kept, and a target that already holds this archive's wheels is left alone unless
+``--force`` is given. It ends by writing the environment file (PYTHONPATH, LD_LIBRARY_PATH)
+that every later shell sources.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from harness.wheelhouse import sitepaths, zstd_boot
+from harness.wheelhouse import received, sitepaths, zstd_boot
 from harness.wheelhouse.manifest import MANIFEST_NAME, FileEntry, Manifest, WheelEntry
 from harness.wheelhouse.parts import CHUNK, JoinedReader, sha256_file
 from harness.wheelhouse.table import format_table, mib
@@ -24,34 +26,8 @@ from harness.wheelhouse.table import format_table, mib
 MARKER = ".wheelhouse-installed"
 
 
-def _problem(entry: FileEntry, path: Path) -> str | None:
-    """What is wrong with ``path`` compared with the manifest, or None."""
-    if not path.is_file():
-        return "missing"
-    if path.stat().st_size != entry.size:
-        return f"incomplete ({path.stat().st_size} of {entry.size} bytes)"
-    if sha256_file(path) != entry.sha256:
-        return "corrupt (sha256 differs from the manifest)"
-    return None
-
-
-def check_transfers(manifest: Manifest, parts_dir: Path) -> None:
-    """Raise naming every missing or damaged part, and the stage that carries it."""
-    entries = {entry.file: entry for entry in [*manifest.parts, manifest.bootstrap]}
-    problems: list[tuple[int, str]] = []
-    for stage in manifest.stages:
-        for file in stage.files:
-            if file == MANIFEST_NAME:
-                continue
-            problem = _problem(entries[file], parts_dir / file)
-            if problem:
-                problems.append((stage.stage, f"  {file}: {problem}; it travels in stage {stage.stage}"))
-    if problems:
-        stages = ", ".join(str(number) for number in sorted({number for number, _ in problems}))
-        raise RuntimeError("\n".join([
-            f"not all parts are in {parts_dir}:", *(line for _, line in problems),
-            f"copy stage(s) {stages} into {parts_dir} (python -m harness.wheelhouse stage-plan) "
-            "and run install again"]))
+def _intact(entry: FileEntry, path: Path) -> bool:
+    return path.is_file() and path.stat().st_size == entry.size and sha256_file(path) == entry.sha256
 
 
 def _write_checked(source, wheel: WheelEntry, work: Path) -> None:
@@ -72,8 +48,7 @@ def _write_checked(source, wheel: WheelEntry, work: Path) -> None:
 def unpack(manifest: Manifest, parts_dir: Path, work: Path, zstandard) -> int:
     """Decompress the parts as one stream into ``work``; return how many wheels were written."""
     wanted = {wheel.file: wheel for wheel in manifest.wheels}
-    todo = {name for name, wheel in wanted.items()
-            if _problem(wheel, work / name) is not None}
+    todo = {name for name, wheel in wanted.items() if not _intact(wheel, work / name)}
     if not todo:
         return 0
     decompressor = zstandard.ZstdDecompressor(max_window_size=1 << manifest.zstd_window_log)
@@ -119,7 +94,9 @@ def install(parts_dir: Path, target: Path, work: Path, force: bool) -> str:
     timings = []
     if force or not marker.is_file() or marker.read_text().strip() != manifest.archive.sha256:
         step = time.monotonic()
-        check_transfers(manifest, parts_dir)
+        arrived = received.check(manifest, parts_dir)
+        if not arrived.complete:
+            raise RuntimeError(received.problem_report(arrived, parts_dir))
         timings.append(["check sha256 of parts", f"{time.monotonic() - step:.1f} s"])
 
         step = time.monotonic()
@@ -139,16 +116,15 @@ def install(parts_dir: Path, target: Path, work: Path, force: bool) -> str:
     else:
         timings.append([f"already installed ({marker} matches the manifest)", "0.0 s"])
 
-    paths = sitepaths.pth_paths(target)
-    env_file = sitepaths.write_env_file(target, paths)
+    env = sitepaths.environment(target)
+    env_file = sitepaths.write_env_file(target, env)
     timings.append(["total", f"{time.monotonic() - start:.1f} s"])
-    rows = [[wheel.pin, mib(wheel.size), wheel.note] for wheel in manifest.wheels]
+    stored = sum(wheel.size for wheel in manifest.wheels)
     return "\n".join([
-        f"installed into {target}:",
-        format_table(["wheel", "stored size", "note"], rows),
-        "",
+        f"sglang {manifest.sglang} wheelhouse: {len(manifest.wheels)} wheels ({mib(stored)} stored) "
+        f"installed into {target} (the list: {target / MANIFEST_NAME})",
         format_table(["step", "time"], timings),
         "",
-        f"Run this in every shell that uses them (also in {env_file}):",
-        sitepaths.export_line(paths),
+        f"Run this in every shell that uses them (or: . {env_file}):",
+        *sitepaths.export_lines(env),
     ])

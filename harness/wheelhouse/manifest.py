@@ -1,8 +1,9 @@
 """The manifest: what was built, how to check it, and which transfer carries which file.
 
 It is the only file ``install`` trusts: every part, the bootstrap wheel and every wheel
-unpacked from the archive is checked against the sha256 written here. It travels in the
-first transfer so that ``install`` can name what is still missing after any partial stage.
+unpacked from the archive is checked against the sha256 written here. It travels in every
+transfer, so that after any subset of stages (a runner lost mid-way starts with an empty
+/tmp) ``status`` and ``install`` can name exactly what is still missing.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 MANIFEST_NAME = "wheelhouse-manifest.json"
-FORMAT = 1
+ARCHIVE_NAME = "wheelhouse.tar.zst"  # parts are ARCHIVE_NAME.001, .002, ...
+BOOTSTRAP = "zstandard"  # its wheel travels beside the parts
+
+
+def wheelhouse_files(folder: Path) -> list[Path]:
+    """Every file of any build in ``folder`` (parts, bootstrap wheel, manifest), so none goes stale."""
+    return [*folder.glob(f"{ARCHIVE_NAME}.*"), *folder.glob(f"{BOOTSTRAP}-*.whl"), *folder.glob(MANIFEST_NAME)]
+FORMAT = 2  # 2: the sglang release, and the manifest travels in every stage
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,7 @@ class WheelEntry(FileEntry):
 
 @dataclass(frozen=True)
 class Stage:
-    """One transfer: the files to copy together. ``size`` leaves out the manifest (kilobytes)."""
+    """One transfer: the files to copy together, besides the manifest (which every stage carries)."""
 
     stage: int
     files: list[str]
@@ -40,6 +48,7 @@ class Stage:
 
 @dataclass
 class Manifest:
+    sglang: str  # the release whose pins were built
     python: str  # the runner's "major.minor": the wheels are built for it alone
     zstd_level: int
     zstd_window_log: int
@@ -51,6 +60,10 @@ class Manifest:
     stages: list[Stage] = field(default_factory=list)
     build_seconds: float = 0.0
     format: int = FORMAT
+
+    def transferred(self) -> dict[str, FileEntry]:
+        """Every file the stages carry besides the manifest, by name."""
+        return {entry.file: entry for entry in [*self.parts, self.bootstrap]}
 
     def write(self, out_dir: Path) -> Path:
         path = out_dir / MANIFEST_NAME
@@ -67,6 +80,7 @@ class Manifest:
         if data.get("format") != FORMAT:
             raise ValueError(f"{path}: manifest format {data.get('format')!r}, this code reads {FORMAT}")
         return cls(
+            sglang=data["sglang"],
             python=data["python"],
             zstd_level=data["zstd_level"],
             zstd_window_log=data["zstd_window_log"],

@@ -1,13 +1,18 @@
-"""The PYTHONPATH that makes a ``pip install --target`` folder fully importable.
+"""The environment that makes a ``pip install --target`` folder fully usable.
 
-PYTHONPATH entries are plain path entries: Python does not read the ``.pth`` files in them.
-nvidia-cutlass-dsl depends on one (``nvidia_cutlass_dsl_packages.pth`` puts
-``nvidia_cutlass_dsl/dsl_packages`` on sys.path; without it ``import cutlass`` fails). The
-``.pth`` files are evaluated once here, in a child interpreter through
-``site.addsitedir``, and what they add is written out as extra PYTHONPATH entries. This
-beats a ``sitecustomize.py`` in the target, which would shadow the interpreter's own
-sitecustomize, and it holds in every child process (pytest-xdist workers) since it is
-only an environment variable.
+PYTHONPATH: the target, plus what its ``.pth`` files add. PYTHONPATH entries are plain path
+entries and Python does not read the ``.pth`` files in them, and nvidia-cutlass-dsl depends
+on one (``nvidia_cutlass_dsl_packages.pth`` puts ``nvidia_cutlass_dsl/dsl_packages`` on
+sys.path; without it ``import cutlass`` fails). The ``.pth`` files are evaluated once here, in
+a child interpreter through ``site.addsitedir``. This beats a ``sitecustomize.py`` in the
+target, which would shadow the interpreter's own, and it holds in every child process
+(pytest-xdist workers) since it is only an environment variable.
+
+LD_LIBRARY_PATH: every ``nvidia/*/lib`` folder the carried wheels brought. For sglang 0.5.23
+that is NCCL 2.32.3: torch 2.14.1's libtorch_cuda.so needs symbols (ncclCommGrow,
+ncclCommSuspend, ncclSignal, ...) that the image's NCCL 2.28.9 lacks. torch's own loader
+already prefers the first ``nvidia/nccl/lib`` on sys.path; the variable makes every other
+library that asks the dynamic loader for ``libnccl.so.2`` get the same one.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sys
 from pathlib import Path
 
 ENV_FILE = "wheelhouse-env.sh"
+LIBRARY_DIRS = "nvidia/*/lib"
 
 _CHILD = (
     "import json, site, sys; before = list(sys.path); site.addsitedir(sys.argv[1]); "
@@ -37,12 +43,30 @@ def pth_paths(target: Path) -> list[str]:
     return [str(target), *added]
 
 
-def export_line(paths: list[str]) -> str:
-    return f'export PYTHONPATH={":".join(paths)}${{PYTHONPATH:+:$PYTHONPATH}}'
+def library_dirs(target: Path) -> list[str]:
+    return sorted(str(path) for path in target.glob(LIBRARY_DIRS) if path.is_dir())
 
 
-def write_env_file(target: Path, paths: list[str]) -> Path:
-    """``<target>/wheelhouse-env.sh``, so later shells can ``source`` the same line."""
+def environment(target: Path) -> dict[str, list[str]]:
+    """Variable -> folders to put in front of it (empty lists are left out of the exports)."""
+    return {"PYTHONPATH": pth_paths(target), "LD_LIBRARY_PATH": library_dirs(target)}
+
+
+def export_lines(env: dict[str, list[str]]) -> list[str]:
+    return [f'export {name}={":".join(paths)}${{{name}:+:${name}}}' for name, paths in env.items() if paths]
+
+
+def child_env(env: dict[str, list[str]]) -> dict[str, str]:
+    """os.environ with ``env`` in front; PYTHONPATH is replaced, so nothing else can shadow the target."""
+    out = dict(os.environ)
+    for name, paths in env.items():
+        keep = [] if name == "PYTHONPATH" else [value for value in [out.get(name)] if value]
+        out[name] = os.pathsep.join([*paths, *keep])
+    return out
+
+
+def write_env_file(target: Path, env: dict[str, list[str]]) -> Path:
+    """``<target>/wheelhouse-env.sh``, so later shells can ``source`` the same lines."""
     path = target / ENV_FILE
-    path.write_text(export_line(paths) + "\n")
+    path.write_text("\n".join(export_lines(env)) + "\n")
     return path

@@ -1,48 +1,45 @@
-"""Group the files to transfer into batches that each fit one runner transfer.
+"""Group the files to transfer into stages that each fit one runner call.
 
-A transfer is the whole working tree copy plus the carried folder, at most 64 MiB, so the
-budget per batch is set below that (default 60 MiB) to leave room for the repository itself.
-The manifest rides in stage 1 (``install`` needs it to say what is missing); the parts and
-the bootstrap wheel are packed largest first, so small files share a transfer with big ones.
-Part order does not matter across stages: ``install`` runs only once every part is there.
+A call carries the working tree plus the carried folder, at most 64 MiB together, so the
+budget per stage is set below that (default 58 MiB) to leave room for the repository itself.
+The manifest rides in every stage: a runner that was lost and started afresh has an empty
+/tmp, and whichever stage reaches it first must be able to say what is still missing. Parts
+are sized so that one part and the manifest fill a stage; the small files (the last part,
+the bootstrap wheel) are packed largest first into the first stage with room.
 """
 
 from __future__ import annotations
 
-from harness.wheelhouse.manifest import MANIFEST_NAME, FileEntry, Stage
+from harness.wheelhouse.manifest import FileEntry, Stage
 
 MIB = 1 << 20
 MANIFEST_RESERVE = 1 * MIB  # the manifest is tens of kilobytes; this keeps the plan honest
 
 
-def check_fits(size: int, budget: int, what: str, remedy: str) -> None:
-    """Raise ValueError if ``size`` bytes plus the manifest cannot travel in one transfer."""
-    if size + MANIFEST_RESERVE > budget:
-        raise ValueError(f"{what} of {size / MIB:.1f} MiB does not fit a {budget / MIB:.0f} MiB "
-                         f"transfer next to the manifest; {remedy}")
+def part_bytes(budget: int) -> int:
+    """The largest part that travels next to the manifest in a stage of ``budget`` bytes."""
+    if budget <= MANIFEST_RESERVE:
+        raise ValueError(f"a transfer of {budget / MIB:.1f} MiB leaves no room next to the "
+                         f"{MANIFEST_RESERVE / MIB:.0f} MiB kept for the manifest; use a larger --transfer-mib")
+    return budget - MANIFEST_RESERVE
 
 
-def plan(parts: list[FileEntry], bootstrap: FileEntry, budget: int) -> list[Stage]:
-    """Return the fewest stages first-fit-decreasing finds; raise ValueError if a file can never fit.
-
-    Largest files first, each into the first stage with room, so that the small last part
-    and the bootstrap wheel fill the gaps next to full parts instead of costing a transfer.
-    """
-    check_fits(max(part.size for part in parts), budget, "a part", "build with a smaller --part-mb")
-    check_fits(bootstrap.size, budget, bootstrap.file, "build with a larger --transfer-mib")
+def plan(files: list[FileEntry], budget: int) -> list[Stage]:
+    """Return the fewest stages first-fit-decreasing finds; raise ValueError if a file can never fit."""
+    room_per_stage = part_bytes(budget)
+    too_big = [entry for entry in files if entry.size > room_per_stage]
+    if too_big:
+        raise ValueError(f"{too_big[0].file} ({too_big[0].size / MIB:.1f} MiB) does not fit a "
+                         f"{budget / MIB:.0f} MiB transfer next to the manifest; build with a larger --transfer-mib")
     batches: list[list[FileEntry]] = []
     used: list[int] = []
-    for entry in sorted([*parts, bootstrap], key=lambda entry: -entry.size):
-        room = [i for i, total in enumerate(used) if total + entry.size <= budget]
+    for entry in sorted(files, key=lambda entry: -entry.size):
+        room = [i for i, total in enumerate(used) if total + entry.size <= room_per_stage]
         if room:
             batches[room[0]].append(entry)
             used[room[0]] += entry.size
         else:
             batches.append([entry])
-            used.append(entry.size + (0 if used else MANIFEST_RESERVE))
-    stages = []
-    for number, batch in enumerate(batches, start=1):
-        files = sorted(entry.file for entry in batch)
-        stages.append(Stage(number, [MANIFEST_NAME, *files] if number == 1 else files,
-                            sum(entry.size for entry in batch)))
-    return stages
+            used.append(entry.size)
+    return [Stage(number, sorted(entry.file for entry in batch), sum(entry.size for entry in batch))
+            for number, batch in enumerate(batches, start=1)]

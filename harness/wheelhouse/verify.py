@@ -1,16 +1,17 @@
-"""Check an installed wheelhouse the way the harness will use it.
+"""Smoke-check an installed wheelhouse the way the harness will use it.
 
-Runs ``probe`` in a child interpreter with exactly the PYTHONPATH that ``install`` printed,
-then reports (1) whether sglang's attention backends and the kernels under them import and
-(2) whether every carried distribution is the one Python finds, not an image copy of
-another version shadowing it. On the Hopper runner ``sgl_kernel`` imports only through
-``sm90/common_ops`` (``sm100/`` is not carried), so its line doubles as the GPU check.
+Runs ``probe`` in a child interpreter with exactly the environment that ``install`` wrote
+(PYTHONPATH replaced, LD_LIBRARY_PATH prefixed), then reports (1) the versions of the stack
+and the GPU and NCCL library it sees, (2) whether sglang's attention backends and the kernels
+under them import, and (3) whether every carried distribution is the one Python finds, not an
+image copy of another version shadowing it. On the Hopper runner ``sgl_kernel`` imports only
+through ``sm90/common_ops`` (``sm100/`` is not carried), so its line doubles as the GPU check;
+on a machine without a compute-capability-9.0 GPU it fails by design.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +22,12 @@ from harness.wheelhouse.table import format_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# sglang.kernels.ops.attention.flash_attention_v4 swallows FA4 import errors, so the vendored
-# FA4 package is imported directly.
+# The same module paths hold in sglang 0.5.17 and 0.5.23. flashattention_backend serves FA3
+# and FA4 (fa_impl_ver); its FA4 path goes through sglang.kernels.ops.attention.flash_attention_v4,
+# which swallows FA4 import errors, so the vendored FA4 package is imported directly.
 SMOKE_IMPORTS = [
     "torch",
+    "triton",
     "sgl_kernel",
     "sgl_kernel.flash_attn",
     "flashinfer",
@@ -36,38 +39,46 @@ SMOKE_IMPORTS = [
     "sglang.srt.layers.attention.flashinfer_backend",
     "sglang.srt.layers.attention.triton_backend",
 ]
+VERSIONS = ["torch", "triton", "sglang", "flashinfer", "sgl_kernel"]
 
 
-def _dist_row(pin: str, found, target: Path) -> list[str]:
-    version = pin.split("==")[1]
+def _dist_status(pin: str, found, target: Path) -> str:
     if found is None:
-        return [pin, "-", "NOT FOUND"]
+        return "NOT FOUND"
     got_version, location = found
-    inside = Path(location).resolve().is_relative_to(target.resolve())
-    if not inside:
-        return [pin, f"{got_version} from {location}", "SHADOWED"]
-    return [pin, f"{got_version} from target", "ok" if got_version == version else "WRONG VERSION"]
+    if not Path(location).resolve().is_relative_to(target.resolve()):
+        return f"SHADOWED by {got_version} from {location}"
+    return "ok" if got_version == pin.split("==")[1] else f"WRONG VERSION {got_version}"
+
+
+def _gpu_line(gpu: dict, nccl: list[str]) -> str:
+    if "error" in gpu:
+        return f"GPU: {gpu['error']}"
+    device = (f"{gpu['device']}, compute capability {'.'.join(map(str, gpu['capability']))}"
+              if gpu["device"] else "no GPU visible")
+    return f"GPU: {device}; torch CUDA {gpu['cuda']}; libnccl loaded: {', '.join(nccl) or 'none'}"
 
 
 def verify(target: Path) -> tuple[bool, str]:
     manifest = Manifest.read(target)  # install copies it there
     names = {wheel.pin: wheel.pin.split("==")[0] for wheel in manifest.wheels}
-    paths = sitepaths.pth_paths(target)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    request = json.dumps({"modules": SMOKE_IMPORTS, "dists": list(names.values())})
-    result = subprocess.run([sys.executable, "-m", "harness.wheelhouse.probe", request],
-                            cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    request = json.dumps({"modules": SMOKE_IMPORTS, "versions": VERSIONS, "dists": list(names.values())})
+    result = subprocess.run([sys.executable, "-m", "harness.wheelhouse.probe", request], cwd=REPO_ROOT,
+                            env=sitepaths.child_env(sitepaths.environment(target)), capture_output=True, text=True)
     lines = [line for line in result.stdout.splitlines() if line.startswith(probe.PREFIX)]
     if result.returncode != 0 or not lines:
         return False, f"the probe process failed (exit {result.returncode}):\n{result.stderr[-4000:]}"
     report = json.loads(lines[-1][len(probe.PREFIX):])
     import_rows = [[module, "ok" if error is None else error] for module, error in report["imports"].items()]
-    dist_rows = [_dist_row(pin, report["dists"][name], target) for pin, name in names.items()]
-    ok = all(error is None for error in report["imports"].values()) and all(
-        row[2] == "ok" for row in dist_rows)
-    text = "\n".join([
-        format_table(["import", "result"], import_rows), "",
-        format_table(["carried", "found", "status"], dist_rows), "",
+    dist_problems = [[pin, status] for pin, name in names.items()
+                     if (status := _dist_status(pin, report["dists"][name], target)) != "ok"]
+    ok = all(error is None for error in report["imports"].values()) and not dist_problems
+    return ok, "\n".join([
+        f"sglang {manifest.sglang} wheelhouse in {target}",
+        "versions: " + ", ".join(f"{name} {version}" for name, version in report["versions"].items()),
+        _gpu_line(report["gpu"], report["nccl"]),
+        format_table(["import", "result"], import_rows),
+        format_table(["carried", "problem"], dist_problems) if dist_problems else
+        f"carried: all {len(names)} distributions found in the target at their pinned versions",
         "verify: OK" if ok else "verify: FAILED (see the rows above)",
     ])
-    return ok, text
