@@ -11,11 +11,11 @@ from harness.tolerances import TOLERANCES
 
 @dataclass(frozen=True)
 class Comparison:
-    max_abs_err: float
+    max_abs_err: float  # over finite elements
     max_rel_err: float
     mismatch_frac: float
-    nan_count: int
-    worst: str  # where the worst element is, in the reader's terms
+    nan_count: int  # elements where the output (or, a harness bug, the reference) is NaN
+    worst: str  # the element furthest past (or nearest to) its bound, in the reader's terms
     atol: float
     rtol: float
 
@@ -30,22 +30,24 @@ class Comparison:
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str]) -> Comparison:
-    """out, ref: [num_queries, num_heads, head_dim]; labels name each query row."""
+    """out, ref: [num_queries, num_heads, head_dim]; labels name each query row.
+
+    An element mismatches when |out - ref| > atol + rtol * |ref| or either is
+    NaN; the worst element is the one with the largest |out - ref| / bound.
+    """
     tol = TOLERANCES[dtype]
     out64 = out.detach().to("cpu", torch.float64)
     diff = (out64 - ref).abs()
-    nan = torch.isnan(out64)
-    diff = torch.where(nan, torch.full_like(diff, float("inf")), diff)
+    nan = torch.isnan(diff)
     bound = tol["atol"] + tol["rtol"] * ref.abs()
-    mismatched = diff > bound
+    excess = torch.where(nan, torch.full_like(diff, float("inf")), diff / bound)
+    row, head, _ = torch.unravel_index(torch.argmax(excess), diff.shape)
+    finite = torch.isfinite(diff)
     rel = diff / ref.abs().clamp_min(1e-6)
-    flat = int(torch.argmax(torch.where(torch.isinf(diff), torch.full_like(diff, 1e300), diff)))
-    row, head, _ = torch.unravel_index(torch.tensor(flat), diff.shape)
-    finite = diff[~torch.isinf(diff)]
     return Comparison(
-        max_abs_err=float(finite.max()) if finite.numel() else float("nan"),
-        max_rel_err=float(rel[~torch.isinf(rel)].max()) if finite.numel() else float("nan"),
-        mismatch_frac=float(mismatched.float().mean()),
+        max_abs_err=float(diff[finite].max()) if finite.any() else float("nan"),
+        max_rel_err=float(rel[finite].max()) if finite.any() else float("nan"),
+        mismatch_frac=float((excess > 1).double().mean()),
         nan_count=int(nan.sum()),
         worst=f"{labels[int(row)]} head {int(head)}",
         atol=tol["atol"], rtol=tol["rtol"],
