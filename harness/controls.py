@@ -1,6 +1,10 @@
-"""Helpers for positive controls that run real cells of the matrix with one thing broken."""
+"""Helpers for positive controls: real cells of the matrix with one thing broken on purpose."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
 
 from harness.cases import load_all_cases
 from harness.cell_matrix import Cell, expand_cells
@@ -32,3 +36,47 @@ def misdirect_one_key(state) -> str:
     row = state.layout.req_pool_indices[target]
     state.pools.req_to_token.req_to_token[row, 0] = slot
     return f"request {target} position 0 -> slot {slot} (request {donor} position {position})"
+
+
+def write_past_end(buffer: torch.Tensor, value, past: int = 0) -> None:
+    """Store ``value`` ``past`` elements after the last element of a contiguous buffer,
+    through a strided view that reaches past it, as a kernel indexing the allocation would."""
+    reach = buffer.numel() + past + 1
+    torch.as_strided(buffer, (reach,), (1,), buffer.storage_offset())[-1] = value
+
+
+def overrun_after_metadata_init(monkeypatch, cls, buffer_of) -> None:
+    """Make ``cls.init_forward_metadata_out_graph`` write one element past ``buffer_of(backend)``."""
+    original = cls.init_forward_metadata_out_graph
+
+    def overrunning(self, forward_batch, in_capture: bool = False):
+        original(self, forward_batch, in_capture=in_capture)
+        write_past_end(buffer_of(self).flatten(), 1)
+
+    monkeypatch.setattr(cls, "init_forward_metadata_out_graph", overrunning)
+
+
+class _GuardedHere(Exception):
+    """Stops a cell right after its graph buffers are guarded."""
+
+
+def guarded_graph_state(cell_id: str, monkeypatch) -> SimpleNamespace:
+    """Run a real graph cell up to the guarding of its buffers; return backend, guards and
+    what was guarded (allocation name -> paths), without running any forward."""
+    from harness.run_cell import run_cell
+    from harness.runners import cuda_graph
+
+    real = cuda_graph.guard_graph_buffers
+    seen = SimpleNamespace()
+
+    def stop(guards, backend, before):
+        seen.named, seen.backend, seen.guards = real(guards, backend, before), backend, guards
+        raise _GuardedHere
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cuda_graph, "guard_graph_buffers", stop)
+        try:
+            run_cell(matrix_cell(cell_id))
+        except _GuardedHere:
+            return seen
+    raise AssertionError(f"{cell_id}: the cell ended before guarding its graph buffers")

@@ -11,14 +11,9 @@ import re
 import pytest
 import torch
 
+from harness.controls import write_past_end
 from harness.graph_buffers import guard_graph_buffers, reachable_memory
 from harness.guards import CanaryTripped, Guards
-
-
-def write_past_end(buffer: torch.Tensor, value, past: int = 0) -> None:
-    """Store ``value`` ``past`` elements after the last element of a contiguous buffer."""
-    reach = buffer.numel() + past + 1
-    torch.as_strided(buffer, (reach,), (1,), buffer.storage_offset())[-1] = value
 
 
 def test_write_past_int_buffer_trips_canary():
