@@ -158,7 +158,7 @@ def guard_graph_buffers(guards: Guards, backend, before: list[torch.Tensor]) -> 
     groups: dict[int, list[str]] = {}
     for path, tensor in found.items():
         groups.setdefault(_storage_key(tensor), []).append(path)
-    replacement: dict[int, torch.Tensor] = {}  # id(original tensor) -> guarded view
+    replacement: dict[int, torch.Tensor] = {}  # id(original tensor) -> guarded view: one per tensor
     named: dict[str, list[str]] = {}
     for paths in groups.values():
         name = _primary(paths)
@@ -167,11 +167,9 @@ def guard_graph_buffers(guards: Guards, backend, before: list[torch.Tensor]) -> 
         nbytes = base.untyped_storage().nbytes()
         raw = guards.allocate(name, nbytes // base.element_size(), base.dtype, base.device).view(torch.uint8)
         raw.copy_(torch.empty(0, dtype=torch.uint8, device=base.device).set_(base.untyped_storage()))
-        for path in paths:
-            tensor = found[path]
-            if id(tensor) not in replacement:
-                replacement[id(tensor)] = raw.view(tensor.dtype).as_strided(
-                    tensor.size(), tensor.stride(), tensor.storage_offset())
+        for tensor in (found[path] for path in paths):
+            replacement[id(tensor)] = raw.view(tensor.dtype).as_strided(
+                tensor.size(), tensor.stride(), tensor.storage_offset())
     walk(backend, lambda path, tensor: replacement.get(id(tensor), tensor))
     return named
 
