@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import torch
 
-from harness.cases import load_all_cases
+from harness.cases import Case, load_all_cases
 from harness.cell_matrix import Cell, expand_cells
 
 
@@ -16,6 +17,15 @@ def matrix_cell(cell_id: str) -> Cell:
         if candidate.cell_id == cell_id:
             return candidate
     raise KeyError(f"no cell {cell_id!r} in cases/*.yaml")
+
+
+def with_long_prefix(cell: Cell, prefix: int) -> Cell:
+    """The same cell with its longest request's committed prefix set to ``prefix`` tokens."""
+    spec = cell.case.spec
+    longest = max(range(spec.bs), key=lambda r: spec.prefix_lens[r])
+    prefix_lens = [prefix if r == longest else n for r, n in enumerate(spec.prefix_lens)]
+    long_spec = spec.model_copy(update=dict(name=f"{spec.name}-prefix{prefix}", prefix_lens=prefix_lens))
+    return dataclasses.replace(cell, case=Case(cell.case.mode, long_spec, cell.case.source))
 
 
 def misdirect_one_key(state) -> str:
