@@ -56,9 +56,10 @@ class BackendEntry:
     no_graph_reason: str | None = None  # set when it has no CUDA-graph hooks, saying why
     cg_meta_exact: bool = False  # its forwards read only graph buffers, so cg_meta is exact
     draft_window_since: str | None = None  # first release whose draft backend honours draft_window
-    # Buffers init_cuda_graph_state allocates, as harness/graph_buffers.py names them (step
-    # backends and list positions folded); every one is guarded, and one not listed fails the cell.
-    graph_buffers: frozenset[str] = frozenset()
+    # Buffers init_cuda_graph_state allocates, per release, as harness/graph_buffers.py names
+    # them (step backends and list positions folded); every one is guarded, and one not listed
+    # fails the cell.
+    graph_buffers: releases.since[frozenset[str]] = releases.since({"0.5.17": frozenset()})
 
     def skip_reason(self, mode: str, spec: "CaseSpec") -> str | None:
         for rule in PLATFORM_RULES:
@@ -123,6 +124,16 @@ def _mode_in(*modes: str) -> Callable[[str, "CaseSpec"], bool]:
 _HALF_PRECISION = ("float16", "bfloat16")
 
 
+_TRITON_GRAPH_BUFFERS = frozenset({
+    "cuda_graph_kv_indices",  # multi-step: one 2-D buffer, a row per step backend
+    "cuda_graph_num_kv_splits",  # multi-step: one buffer shared by all step backends
+    "cuda_graph_attn_logits", "cuda_graph_attn_lse",
+    "_verify_mask.buffer",  # target role only
+})
+_TRITON_LEAN_DECODE = frozenset({  # persistent-grid decode partials (0.5.19+)
+    "cuda_graph_lean_Mp", "cuda_graph_lean_Lp", "cuda_graph_lean_Op", "cuda_graph_lean_locks"})
+
+
 def _keys(attribute: str, *keys: str) -> set[str]:
     """Graph buffers kept in a dict attribute (FA3/FA4 metadata dicts)."""
     return {f"{attribute}[{key!r}]" for key in keys}
@@ -149,7 +160,7 @@ def _flash_attention(version: int, import_check: str, min_capability: tuple[int,
         build=_build("sglang.srt.layers.attention.flashattention_backend", "FlashAttentionBackend",
                      "FlashAttentionMultiStepBackend", fa_impl_ver=version),
         min_capability=min_capability, dtypes=_HALF_PRECISION, dtype_reason=dtype_reason,
-        graph_buffers=graph_buffers,
+        graph_buffers=releases.since({"0.5.17": graph_buffers}),
     )
 
 
@@ -161,11 +172,10 @@ BACKENDS: dict[str, BackendEntry] = {
             build=_build("sglang.srt.layers.attention.triton_backend",
                          "TritonAttnBackend", "TritonMultiStepDraftBackend"),
             triton_kernels=True, cg_meta_exact=True, draft_window_since="0.5.21",
-            graph_buffers=frozenset({
-                "cuda_graph_kv_indices",  # multi-step: one 2-D buffer, a row per step backend
-                "cuda_graph_num_kv_splits",  # multi-step: one buffer shared by all step backends
-                "cuda_graph_attn_logits", "cuda_graph_attn_lse",
-                "_verify_mask.buffer",  # target role only
+            graph_buffers=releases.since({
+                "0.5.17": _TRITON_GRAPH_BUFFERS,
+                "0.5.19": _TRITON_GRAPH_BUFFERS | _TRITON_LEAN_DECODE,
+                "0.5.23": _TRITON_GRAPH_BUFFERS | _TRITON_LEAN_DECODE | {"cuda_graph_uneven_batch"},
             }),
         ),
         BackendEntry(
@@ -174,11 +184,11 @@ BACKENDS: dict[str, BackendEntry] = {
                          "FlashInferAttnBackend", "FlashInferMultiStepDraftBackend"),
             dtypes=_HALF_PRECISION, draft_window_since="0.5.21",
             dtype_reason="FlashInfer kernels take fp16/bf16 (fp32 raises KeyError: torch.float32)",
-            graph_buffers=frozenset({
+            graph_buffers=releases.since({"0.5.17": frozenset({
                 "cuda_graph_kv_indices",  # multi-step owner: one 2-D buffer, a row per step backend
                 "cuda_graph_kv_indices[*]",  # one per wrapper; a step backend's first is its row
                 "cuda_graph_custom_mask", "cuda_graph_qk_indptr[*]", "cuda_graph_qo_indptr[*]",
-            }),
+            })}),
         ),
         _flash_attention(3, "sgl_kernel.flash_attn", (8, 0),
                          "FA3 kernels take fp16/bf16 only (sgl_kernel flash_attn dtype check)",

@@ -90,7 +90,7 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
     check_graph_capacity(backend, capture_bs, plan.topk, plan.context_len, plan.multi_step)
     guards = Guards()
     guarded = guard_graph_buffers(guards, backend, before)
-    check_declared(guarded, BACKENDS[plan.backend].graph_buffers, plan.backend)
+    check_declared(guarded, BACKENDS[plan.backend].graph_buffers.value, plan.backend)
 
     def zeros_like_rows(t: torch.Tensor) -> torch.Tensor:
         return torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
