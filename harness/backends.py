@@ -205,7 +205,7 @@ BACKENDS: dict[str, BackendEntry] = {
                 Limit(_mode_in("draft_decode"),
                       "EAGLE is not supported in decode attention backend torch_native "
                       "(sglang DraftBackendFactory; no multi-step class)"),
-                Limit(_mode_in("target_verify"),
+                Limit(_mode_in("target_verify", "ngram_verify"),
                       "TARGET_VERIFY is not supported: forward_extend ignores spec_info.custom_mask "
                       "and reads extend_prefix_lens, which verify batches do not carry"),
             ),
