@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from harness.cases import CaseSpec
-from harness.modes import DRAFT_DECODE, DRAFT_EXTEND_V2, TARGET_VERIFY
+from harness.modes import DRAFT_DECODE, DRAFT_EXTEND_V2, NGRAM_VERIFY, TARGET_VERIFY
 from harness.modes import target_verify
 
 
@@ -72,6 +72,26 @@ def test_draft_trees_are_trees_eagle_can_build(topk, num_steps, window, seed):
     assert all(len(target_verify.ancestors_or_self(parents, node)) <= num_steps + 1 for node in range(window))
 
 
+@pytest.mark.parametrize("window", [2, 5, 8])
+@pytest.mark.parametrize("seed", range(5))
+def test_ngram_trees_are_bfs_ordered_corpus_trees(window, seed):
+    """Any opened node may parent the next, parents never decrease, the first draft hangs off the root."""
+    case = spec(bs=2, prefix_lens=[3, 3], input_lens=window, seed=seed)
+    for request in range(2):
+        parents = NGRAM_VERIFY.tree(case, request)
+        assert len(parents) == window and parents[:2] == [-1, 0][:window]
+        assert all(0 <= p < node for node, p in enumerate(parents) if node)
+        assert parents[1:] == sorted(parents[1:])
+
+
+def test_ngram_verify_sees_what_its_tree_says(monkeypatch):
+    """A deep ngram chain-with-branch, parents [-1, 0, 1, 1, 3], after a 1-token prefix."""
+    monkeypatch.setattr(type(NGRAM_VERIFY), "tree", lambda self, case, request: [-1, 0, 1, 1, 3])
+    (step,) = NGRAM_VERIFY.steps(spec(prefix_lens=[1], input_lens=5))
+    assert visible(step) == [(0, (0, 1)), (0, (0, 1, 2)), (0, (0, 1, 2, 3)), (0, (0, 1, 2, 4)),
+                             (0, (0, 1, 2, 4, 5))]
+
+
 def test_draft_extend_v2_causal_window():
     case = spec(bs=2, prefix_lens=[2, 0], input_lens=3)
     (step,) = DRAFT_EXTEND_V2.steps(case)
@@ -89,6 +109,19 @@ def test_draft_decode_branches():
     assert visible(step1) == [(0, (0, 1, 2, 3)), (0, (0, 1, 5, 6))]
     assert step1.writes == [(0, 3), (0, 6)]
     assert DRAFT_DECODE.row_lens(case) == [8]
+
+
+@pytest.mark.parametrize("prefix,window,sink,seen", [
+    (10, 3, 2, (0, 1, 7, 8, 9)),  # the sink, then the most recent window
+    (10, 4, 0, (6, 7, 8, 9)),  # a window alone
+    (4, 3, 2, (0, 1, 2, 3)),  # a prefix shorter than sink + window is read whole
+])
+def test_draft_decode_window_and_sink(prefix, window, sink, seen):
+    """sglang 0.5.21+'s draft window / sink: the prefix a draft query reads, then its own branch."""
+    case = spec(prefix_lens=[prefix], topk=1, draft_window=window, draft_sink=sink)
+    step0, step1 = DRAFT_DECODE.steps(case)
+    assert visible(step0) == [(0, (*seen, prefix))]
+    assert visible(step1) == [(0, (*seen, prefix, prefix + 1))]
 
 
 def test_draft_decode_step_views_take_each_steps_slots():

@@ -4,9 +4,9 @@ One req_to_token entry of the batch is pointed at another request's written
 slot (harness/controls.py), so the backend reads one wrong key while the
 reference keeps the right one; the request holding it has a 253-token prefix,
 so its queries attend 254 to 257 keys. Every comparison with the reference
-must flag it in the key-census head. On CPU this runs the Triton (fp32, eager and
-cg_meta) and torch_native rows; on a GPU every backend, mode and runner form
-in bf16, the dtype in which one wrong key of 257 used to pass. Run with -s to
+must flag it in the key-census head. On CPU this runs the Triton (fp32, eager
+and cg_meta) and torch_native rows; on a GPU every backend, mode and runner
+form in bf16 too, the dtype in which one wrong key of 257 used to pass. Run with -s to
 see, per cell, whether the scored heads alone would have caught it.
 """
 
@@ -15,23 +15,24 @@ from __future__ import annotations
 import pytest
 
 import harness.run_cell
-from harness.backends import BACKENDS
-from harness.run_cell import CellSkipped, run_cell
 from harness.controls import matrix_cell, misdirect_one_key, with_long_prefix
+from harness.run_cell import CellSkipped, run_cell
 
 LONG_PREFIX = 253
-CASES = ("target_verify-chain-bs2", "target_verify-tree-bs3", "draft_extend_v2-window4-bs2",
-         "draft_decode-chain-bs2", "draft_decode-topk2-bs3")
-RUNNERS = {"eager": "eager", "cuda_graph": "cuda_graph-cbs{bs}-nopad", "cg_meta": "cg_meta-cbs{bs}-nopad"}
+CASES = ("target_verify-chain-bs2", "target_verify-tree-bs3", "ngram_verify-tree8-bs3",
+         "draft_extend_v2-window4-bs2", "draft_decode-chain-bs2", "draft_decode-topk2-bs3",
+         "draft_decode-window-sink")
 
 
 def cell_ids():
-    for dtype in ("float32", "bfloat16"):
-        for case in CASES:
-            bs = int(case.rsplit("bs", 1)[1])
-            for backend in BACKENDS:
-                for runner in RUNNERS.values():
-                    yield f"{case}-dtype{dtype}-{backend}-{runner.format(bs=bs)}"
+    """Each case in fp32 and bf16, every backend, eager and each graph form at capture size = bs."""
+    from harness.cases import load_all_cases
+    from harness.cell_matrix import expand_cells
+
+    for candidate in expand_cells(load_all_cases()):
+        case_id = candidate.case.case_id.rsplit("-dtype", 1)[0]
+        if case_id in CASES and candidate.capture_bs in (None, candidate.case.spec.bs):
+            yield candidate.cell_id
 
 
 @pytest.mark.parametrize("cell_id", cell_ids())
