@@ -56,6 +56,10 @@ class BackendEntry:
     no_graph_reason: str | None = None  # set when it has no CUDA-graph hooks, saying why
     cg_meta_exact: bool = False  # its forwards read only graph buffers, so cg_meta is exact
     draft_window_since: str | None = None  # first release whose draft backend honours draft_window
+    # Buffers init_cuda_graph_state allocates, per release, as harness/graph_buffers.py names
+    # them (step backends and list positions folded); every one is guarded, and one not listed
+    # fails the cell.
+    graph_buffers: releases.since[frozenset[str]] = releases.since({"0.5.17": frozenset()})
 
     def skip_reason(self, mode: str, spec: "CaseSpec") -> str | None:
         for rule in PLATFORM_RULES:
@@ -120,14 +124,43 @@ def _mode_in(*modes: str) -> Callable[[str, "CaseSpec"], bool]:
 _HALF_PRECISION = ("float16", "bfloat16")
 
 
+_TRITON_GRAPH_BUFFERS = frozenset({
+    "cuda_graph_kv_indices",  # multi-step: one 2-D buffer, a row per step backend
+    "cuda_graph_num_kv_splits",  # multi-step: one buffer shared by all step backends
+    "cuda_graph_attn_logits", "cuda_graph_attn_lse",
+    "_verify_mask.buffer",  # target role only
+})
+_TRITON_LEAN_DECODE = frozenset({  # persistent-grid decode partials (0.5.19+)
+    "cuda_graph_lean_Mp", "cuda_graph_lean_Lp", "cuda_graph_lean_Op", "cuda_graph_lean_locks"})
+
+
+def _keys(attribute: str, *keys: str) -> set[str]:
+    """Graph buffers kept in a dict attribute (FA3/FA4 metadata dicts)."""
+    return {f"{attribute}[{key!r}]" for key in keys}
+
+
+_FA_TABLES = ("cache_seqlens", "cu_seqlens_q", "cu_seqlens_k", "page_table")
+_FA_GRAPH_BUFFERS = frozenset({
+    *_keys("decode_cuda_graph_metadata", *_FA_TABLES, "strided_indices", "page_table_draft_decode"),
+    *_keys("target_verify_metadata", *_FA_TABLES, "strided_indices"),
+    *_keys("draft_extend_metadata", *_FA_TABLES, "strided_indices"),
+    *_keys("draft_decode_metadata_topk_normal", *_FA_TABLES),  # topk > 1 only
+    *_keys("draft_decode_metadata_topk_expand", *_FA_TABLES),
+    *_keys("target_verify_metadata_topk_normal", *_FA_TABLES),
+    *_keys("target_verify_metadata_topk_expand", *_FA_TABLES),
+    "_verify_mask.buffer",  # target role only
+})
+
+
 def _flash_attention(version: int, import_check: str, min_capability: tuple[int, int],
-                     dtype_reason: str) -> BackendEntry:
+                     dtype_reason: str, graph_buffers: frozenset[str]) -> BackendEntry:
     """FA3 and FA4 are one sglang class, FlashAttentionBackend, told apart by fa_impl_ver."""
     return BackendEntry(
         name=f"fa{version}", server_arg=f"fa{version}", needs_gpu=True, import_check=import_check,
         build=_build("sglang.srt.layers.attention.flashattention_backend", "FlashAttentionBackend",
                      "FlashAttentionMultiStepBackend", fa_impl_ver=version),
         min_capability=min_capability, dtypes=_HALF_PRECISION, dtype_reason=dtype_reason,
+        graph_buffers=releases.since({"0.5.17": graph_buffers}),
     )
 
 
@@ -139,6 +172,11 @@ BACKENDS: dict[str, BackendEntry] = {
             build=_build("sglang.srt.layers.attention.triton_backend",
                          "TritonAttnBackend", "TritonMultiStepDraftBackend"),
             triton_kernels=True, cg_meta_exact=True, draft_window_since="0.5.21",
+            graph_buffers=releases.since({
+                "0.5.17": _TRITON_GRAPH_BUFFERS,
+                "0.5.19": _TRITON_GRAPH_BUFFERS | _TRITON_LEAN_DECODE,
+                "0.5.23": _TRITON_GRAPH_BUFFERS | _TRITON_LEAN_DECODE | {"cuda_graph_uneven_batch"},
+            }),
         ),
         BackendEntry(
             name="flashinfer", server_arg="flashinfer", needs_gpu=True, import_check="flashinfer",
@@ -146,11 +184,18 @@ BACKENDS: dict[str, BackendEntry] = {
                          "FlashInferAttnBackend", "FlashInferMultiStepDraftBackend"),
             dtypes=_HALF_PRECISION, draft_window_since="0.5.21",
             dtype_reason="FlashInfer kernels take fp16/bf16 (fp32 raises KeyError: torch.float32)",
+            graph_buffers=releases.since({"0.5.17": frozenset({
+                "cuda_graph_kv_indices",  # multi-step owner: one 2-D buffer, a row per step backend
+                "cuda_graph_kv_indices[*]",  # one per wrapper; a step backend's first is its row
+                "cuda_graph_custom_mask", "cuda_graph_qk_indptr[*]", "cuda_graph_qo_indptr[*]",
+            })}),
         ),
         _flash_attention(3, "sgl_kernel.flash_attn", (8, 0),
-                         "FA3 kernels take fp16/bf16 only (sgl_kernel flash_attn dtype check)"),
+                         "FA3 kernels take fp16/bf16 only (sgl_kernel flash_attn dtype check)",
+                         _FA_GRAPH_BUFFERS | {"_sched_meta_buf"}),  # FA3's scheduler metadata
         _flash_attention(4, "cutlass", (9, 0),
-                         "FA4 CuTe: inputs must be float16, bfloat16, fp8 e4m3fn, or fp8 e5m2"),
+                         "FA4 CuTe: inputs must be float16, bfloat16, fp8 e4m3fn, or fp8 e5m2",
+                         _FA_GRAPH_BUFFERS),
         BackendEntry(
             name="torch_native", server_arg="torch_native", needs_gpu=False, import_check="torch",
             build=_build("sglang.srt.layers.attention.torch_native_backend",
@@ -160,7 +205,7 @@ BACKENDS: dict[str, BackendEntry] = {
                 Limit(_mode_in("draft_decode"),
                       "EAGLE is not supported in decode attention backend torch_native "
                       "(sglang DraftBackendFactory; no multi-step class)"),
-                Limit(_mode_in("target_verify"),
+                Limit(_mode_in("target_verify", "ngram_verify"),
                       "TARGET_VERIFY is not supported: forward_extend ignores spec_info.custom_mask "
                       "and reads extend_prefix_lens, which verify batches do not carry"),
             ),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from harness.key_census import census_heads
 from harness.pools import BatchState
 from harness.reference import reference_attention
 
@@ -29,6 +30,8 @@ class StepInputs:
 def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> list[StepInputs]:
     """Draw every step's Q/K/V and compute the reference, in step order.
 
+    Q is random except in the key-census head (harness/key_census.py), where it is 0.
+
     Later draft-decode steps see K/V written by earlier ones, so the harness
     copy of each row is updated step by step before that step's reference.
     """
@@ -37,6 +40,7 @@ def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> li
     for step in steps:
         tokens = len(step.queries)
         q = state.randn(tokens, spec.num_heads, spec.head_dim)
+        q[:, census_heads(spec.num_heads)] = 0
         k = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
         v = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
         state.record_new_kv(step.writes, k, v)

@@ -1,9 +1,14 @@
 """Canary zones: guard space behind buffers a backend writes, checked after each forward.
 
 A backend that writes past the end of an index or output buffer overwrites
-memory some other tensor owns, usually silently. We give the backend a view of
-a slightly larger allocation whose tail holds a known pattern; any change to
-that tail is reported with the buffer's name.
+memory some other tensor owns, usually silently. We give the backend a buffer
+carved out of a larger allocation whose tail holds a known byte pattern; any
+change to that tail is reported with the buffer's name.
+
+Each guarded allocation's capacity is recorded when it is made, before any
+kernel can touch it, and every message quotes that record: a figure read from
+a tensor after an out-of-bounds write may come from corrupted host memory (the
+Triton CPU interpreter writes raw memory).
 """
 
 from __future__ import annotations
@@ -12,67 +17,68 @@ from dataclasses import dataclass, field
 
 import torch
 
-GUARD_ELEMENTS = 4096
-INT_PATTERN = 0x5EADBEEF
-FLOAT_PATTERN = -12345.0
+GUARD_BYTES = 16384
+CANARY_BYTE = 0xA5  # as int32 0xA5A5A5A5, as fp32 -2.9e-16: no kernel writes it by chance
 
 
 class CanaryTripped(AssertionError):
     """Memory behind a buffer changed: an out-of-bounds write."""
 
 
+@dataclass(frozen=True)
+class GuardedAllocation:
+    name: str
+    dtype: torch.dtype
+    capacity: int  # elements of dtype, recorded when the allocation was made
+    start: int  # data pointer of element 0
+    zone: torch.Tensor  # uint8 view of the canary bytes
+
+    @property
+    def end(self) -> int:
+        return self.start + self.capacity * self.dtype.itemsize
+
+
 @dataclass
 class Guards:
-    zones: list[tuple[str, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    allocations: list[GuardedAllocation] = field(default_factory=list)
+
+    def allocate(self, name: str, numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """A flat tensor of ``numel`` elements followed by a canary zone."""
+        nbytes = numel * dtype.itemsize
+        raw = torch.full((nbytes + GUARD_BYTES,), CANARY_BYTE, dtype=torch.uint8, device=device)
+        flat = raw[:nbytes].view(dtype)
+        self.allocations.append(GuardedAllocation(name, dtype, numel, raw.data_ptr(), raw[nbytes:]))
+        return flat
 
     def guarded(self, name: str, shape: tuple, dtype: torch.dtype, device) -> torch.Tensor:
         """A tensor of ``shape`` whose storage is followed by a canary zone."""
         count = 1
         for dim in shape:
             count *= dim
-        pattern = FLOAT_PATTERN if dtype.is_floating_point else INT_PATTERN
-        storage = torch.full((count + GUARD_ELEMENTS,), pattern, dtype=dtype, device=device)
-        self.zones.append((name, storage[count:], storage[count:].clone()))
-        return storage[:count].view(shape)
+        return self.allocate(name, count, dtype, device).view(shape)
 
-    def replace(self, owner, attribute: str, name: str):
-        """Swap ``owner.attribute`` (a tensor, or a list of them) for guarded copies."""
-        old = getattr(owner, attribute, None)
-        if isinstance(old, list):
-            new = [self._guarded_copy(t, f"{name}[{i}]") for i, t in enumerate(old)]
-        elif isinstance(old, torch.Tensor):
-            new = self._guarded_copy(old, name)
-        else:
-            return None
-        setattr(owner, attribute, new)
-        return new
+    def capacity(self, view: torch.Tensor) -> int | None:
+        """Elements of ``view``'s dtype from its first element to the end of its guarded
+        allocation, as recorded when guarded; None if the view lies in no guarded allocation.
 
-    def _guarded_copy(self, old: torch.Tensor, name: str) -> torch.Tensor:
-        new = self.guarded(name, tuple(old.shape), old.dtype, old.device)
-        new.copy_(old)
-        return new
+        sglang hands kernels slices of preallocated buffers; what bounds a kernel is
+        the allocation behind the slice, not the slice.
+        """
+        pointer = view.data_ptr()
+        for allocation in self.allocations:
+            if allocation.start <= pointer < allocation.end or pointer == allocation.start:
+                return (allocation.end - pointer) // view.element_size()
+        return None
 
     def check(self, where: str) -> None:
-        for name, zone, expected in self.zones:
-            changed = zone != expected
-            if bool(changed.any()):
-                first = int(torch.nonzero(changed)[0])
+        for allocation in self.allocations:
+            changed = torch.nonzero(allocation.zone != CANARY_BYTE).flatten()
+            if changed.numel():
+                size = allocation.dtype.itemsize
+                elements = torch.unique(changed // size)
+                first = allocation.capacity + int(elements[0])
                 raise CanaryTripped(
-                    f"{where}: out-of-bounds write past {name}: {int(changed.sum())} guard elements "
-                    f"changed, the first {first} elements past its end")
-
-
-def guard_graph_indices(guards: Guards, backend) -> None:
-    """Guard the CUDA-graph kv_indices buffers (re-pointing step backends at their rows).
-
-    A multi-step draft backend owns one 2-D buffer whose rows it handed to its
-    step backends at init; those keep the row in the container type they use
-    (Triton: the tensor, FlashInfer: a one-element list).
-    """
-    buffer = guards.replace(backend, "cuda_graph_kv_indices", "cuda_graph_kv_indices")
-    for step, inner in enumerate(getattr(backend, "attn_backends", [])):
-        if isinstance(buffer, torch.Tensor) and buffer.dim() == 2:
-            row = buffer[step]
-            inner.cuda_graph_kv_indices = [row] if isinstance(inner.cuda_graph_kv_indices, list) else row
-        else:
-            guards.replace(inner, "cuda_graph_kv_indices", f"step {step} cuda_graph_kv_indices")
+                    f"{where}: out-of-bounds write past {allocation.name}: element {first} changed, "
+                    f"but it holds {allocation.capacity} {str(allocation.dtype).removeprefix('torch.')} "
+                    f"elements (recorded when guarded); {elements.numel()} element(s) of its canary "
+                    "zone changed")

@@ -10,8 +10,11 @@ to any backend whose metadata uses sglang's naming.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import torch
+
+Capacity = Callable[[torch.Tensor], "int | None"]
 
 
 class InvariantViolation(AssertionError):
@@ -38,8 +41,12 @@ def _is_lengths(name: str) -> bool:
                                       or name.startswith("cache_seqlens"))
 
 
-def check_metadata(metadata, where: str) -> None:
-    """Raise InvariantViolation if offsets or lengths in ``metadata`` are inconsistent."""
+def check_metadata(metadata, where: str, capacity: Capacity | None = None) -> None:
+    """Raise InvariantViolation if offsets or lengths in ``metadata`` are inconsistent.
+
+    ``capacity`` gives the recorded size of guarded buffers (Guards.capacity);
+    other buffers are sized from their allocation when checked.
+    """
     fields = _fields(metadata)
     for name, value in fields.items():
         if not _int_vector(value):
@@ -58,19 +65,24 @@ def check_metadata(metadata, where: str) -> None:
             row = int(torch.nonzero(values < 0)[0])
             raise InvariantViolation(f"{where}: {name}[{row}] = {int(values[row])} < 0")
     for name, value in fields.items():
-        if name.endswith("indptr") and _int_vector(value):
-            indices = fields.get(name.replace("indptr", "indices"))
-            if isinstance(indices, torch.Tensor) and int(value[-1]) > buffer_capacity(indices):
+        indices_name = name.replace("indptr", "indices")
+        indices = fields.get(indices_name)
+        if name.endswith("indptr") and _int_vector(value) and isinstance(indices, torch.Tensor):
+            recorded = capacity(indices) if capacity else None
+            held = recorded if recorded is not None else allocation_capacity(indices)
+            if int(value[-1]) > held:
+                source = "recorded when guarded" if recorded is not None else "its allocation"
                 raise InvariantViolation(
                     f"{where}: {name}[-1] = {int(value[-1])} indices to read, but the buffer behind "
-                    f"{name.replace('indptr', 'indices')} holds {buffer_capacity(indices)}")
+                    f"{indices_name} holds {held} ({source})")
 
 
-def buffer_capacity(view: torch.Tensor) -> int:
+def allocation_capacity(view: torch.Tensor) -> int:
     """Elements addressable from the view's start: kernels index the buffer, not the view.
 
-    sglang hands graph kernels slices of preallocated buffers whose length was
-    fixed at capture; what bounds a read is the allocation behind the slice.
+    sglang hands kernels slices of preallocated buffers; what bounds a read is
+    the allocation behind the slice. Read from the tensor when checked: for
+    buffers the harness did not guard there is no earlier moment.
     """
     return view.untyped_storage().nbytes() // view.element_size() - view.storage_offset()
 
@@ -79,11 +91,11 @@ def step_backends(backend) -> list:
     return list(getattr(backend, "attn_backends", [backend]))
 
 
-def check_backend(backend, where: str) -> None:
+def check_backend(backend, where: str, capacity: Capacity | None = None) -> None:
     for step, inner in enumerate(step_backends(backend)):
         metadata = getattr(inner, "forward_metadata", None)
         if metadata is not None:
-            check_metadata(metadata, f"{where}, step backend {step}")
+            check_metadata(metadata, f"{where}, step backend {step}", capacity)
 
 
 def check_graph_capacity(backend, capture_bs: int, topk: int, context_len: int, multi_step: bool) -> None:

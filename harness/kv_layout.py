@@ -75,6 +75,8 @@ def build_layout(style: str, row_lens: list[int], page_size: int, seed: int,
     pool_rows = 2 * bs + extra_rows + 1
     if style in ("shuffled", "non_monotonic"):
         rows = (torch.randperm(pool_rows - 1, generator=gen) + 1)[:bs].tolist()
+        if rows == list(range(1, bs + 1)):  # the draw came out tidy: make it untidy on purpose
+            rows = list(range(bs + 1, 1, -1))
     else:
         rows = list(range(1, bs + 1))
     total_pages = RESERVED_PAGES + sum(pages_per_req) + spare

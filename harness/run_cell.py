@@ -166,7 +166,7 @@ def run_cell(cell: Cell) -> CellResult:
         plan = GraphPlan(capture_bs=cell.capture_bs,
                          capture=RUNNER_FORMS[cell.runner].captures, topk=spec.topk,
                          context_len=state.pools.context_len,
-                         multi_step=mode.backend_role == "draft_multi_step")
+                         multi_step=mode.backend_role == "draft_multi_step", backend=cell.backend)
         replayed = run_cuda_graph(mode, attn_backend, forward_batch, inputs, layer, plan,
                                   mode.tokens_per_request(spec))
         eager = run_eager(mode, attn_backend, forward_batch, inputs, layer)

@@ -22,13 +22,16 @@ from dataclasses import dataclass
 import torch
 
 from harness.forward_inputs import StepInputs
-from harness.guards import Guards, guard_graph_indices
+from harness.backends import BACKENDS
+from harness.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
+from harness.guards import Guards
 from harness.invariants import check_backend, check_graph_capacity
 from harness.runners.padding import pad_rows, padded_host_fields
 
 
 @dataclass(frozen=True)
 class GraphPlan:
+    backend: str  # entry name in harness/backends.py (its declared graph buffers)
     capture_bs: int
     capture: bool  # False: cg_meta form, the same hooks and buffers with eager forwards
     topk: int
@@ -82,10 +85,12 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
     fill = fill_value(backend)
     static = _static_batch(mode, real_fb, capture_bs, fill, tokens_per_request)
     rows = capture_bs * tokens_per_request
+    before = reachable_memory(backend)
     backend.init_cuda_graph_state(capture_bs, rows)
     check_graph_capacity(backend, capture_bs, plan.topk, plan.context_len, plan.multi_step)
     guards = Guards()
-    guard_graph_indices(guards, backend)
+    guarded = guard_graph_buffers(guards, backend, before)
+    check_declared(guarded, BACKENDS[plan.backend].graph_buffers.value, plan.backend)
 
     def zeros_like_rows(t: torch.Tensor) -> torch.Tensor:
         return torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
@@ -105,7 +110,7 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
         return outputs
 
     backend.init_forward_metadata_out_graph(static, in_capture=True)
-    check_backend(backend, "capture init_forward_metadata_out_graph")
+    check_backend(backend, "capture init_forward_metadata_out_graph", guards.capacity)
     if plan.capture:
         for _ in range(2):  # sglang warms up twice before capturing
             run_once()
@@ -113,6 +118,7 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             graph_outputs = run_once()
+    guards.check("after capture")
 
     _load_replay(mode, static, real_fb, capture_bs, fill, tokens_per_request)
     for i, inputs in enumerate(step_inputs):
@@ -122,7 +128,8 @@ def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer,
             static_t[:n].copy_(real_t)
         out_buffers[i].fill_(float("nan"))
     backend.init_forward_metadata_out_graph(static)
-    check_backend(backend, f"replay init_forward_metadata_out_graph (bs {real_fb.batch_size} padded to {capture_bs})")
+    check_backend(backend, f"replay init_forward_metadata_out_graph (bs {real_fb.batch_size} padded to {capture_bs})",
+                  guards.capacity)
     if plan.capture:
         graph.replay()
         torch.cuda.synchronize()

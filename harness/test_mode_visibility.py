@@ -1,0 +1,135 @@
+"""Each mode's visibility lists and tree masks against ones written out by hand for small cases.
+
+The reference trusts these lists completely; a mistake here would make the
+harness expect the wrong answer from every backend.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness.cases import CaseSpec
+from harness.modes import DRAFT_DECODE, DRAFT_EXTEND_V2, NGRAM_VERIFY, TARGET_VERIFY
+from harness.modes import target_verify
+
+
+def spec(**fields) -> CaseSpec:
+    return CaseSpec(name="hand", **{"bs": 1, "prefix_lens": [3], "num_steps": 3, **fields})
+
+
+def visible(step) -> list[tuple[int, tuple[int, ...]]]:
+    return [(q.request, q.visible) for q in step.queries]
+
+
+def test_target_verify_chain():
+    case = spec(bs=2, prefix_lens=[3, 1], input_lens=4)
+    (step,) = TARGET_VERIFY.steps(case)
+    assert visible(step) == [
+        (0, (0, 1, 2, 3)), (0, (0, 1, 2, 3, 4)), (0, (0, 1, 2, 3, 4, 5)), (0, (0, 1, 2, 3, 4, 5, 6)),
+        (1, (0, 1)), (1, (0, 1, 2)), (1, (0, 1, 2, 3)), (1, (0, 1, 2, 3, 4)),
+    ]
+    assert step.writes == [(0, 3), (0, 4), (0, 5), (0, 6), (1, 1), (1, 2), (1, 3), (1, 4)]
+    assert TARGET_VERIFY.row_lens(case) == [7, 5]
+
+
+TREE = [-1, 0, 0, 1, 2]  # topk 2: root, two children, one grandchild under each
+
+
+def test_target_verify_topk2_tree_visibility_and_mask(monkeypatch):
+    monkeypatch.setattr(target_verify, "draft_tree", lambda case, request: TREE)
+    case = spec(prefix_lens=[2], topk=2, input_lens=5)
+    (step,) = TARGET_VERIFY.steps(case)
+    assert visible(step) == [(0, (0, 1, 2)), (0, (0, 1, 2, 3)), (0, (0, 1, 2, 4)),
+                             (0, (0, 1, 2, 3, 5)), (0, (0, 1, 2, 4, 6))]
+    mask = TARGET_VERIFY.custom_mask(case).reshape(5, 7).int()
+    assert mask.tolist() == [
+        # prefix  tree nodes 0..4
+        [1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 1, 0, 0],
+        [1, 1, 1, 1, 0, 1, 0],
+        [1, 1, 1, 0, 1, 0, 1],
+    ]
+
+
+def test_target_verify_mask_is_per_request_blocks_of_window_by_row():
+    case = spec(bs=2, prefix_lens=[2, 0], input_lens=3)
+    mask = TARGET_VERIFY.custom_mask(case)
+    assert mask.numel() == 3 * 5 + 3 * 3
+    assert mask[15:].reshape(3, 3).int().tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+
+
+@pytest.mark.parametrize("topk,num_steps,window", [(2, 3, 6), (2, 2, 7), (4, 3, 10), (3, 1, 4)])
+@pytest.mark.parametrize("seed", range(5))
+def test_draft_trees_are_trees_eagle_can_build(topk, num_steps, window, seed):
+    parents = target_verify.draft_tree(spec(topk=topk, num_steps=num_steps, input_lens=window, seed=seed), 0)
+    assert len(parents) == window and parents[0] == -1
+    assert all(0 <= p < node for node, p in enumerate(parents) if node)
+    assert all(parents.count(node) <= topk for node in range(window))
+    assert all(len(target_verify.ancestors_or_self(parents, node)) <= num_steps + 1 for node in range(window))
+
+
+@pytest.mark.parametrize("window", [2, 5, 8])
+@pytest.mark.parametrize("seed", range(5))
+def test_ngram_trees_are_bfs_ordered_corpus_trees(window, seed):
+    """Any opened node may parent the next, parents never decrease, the first draft hangs off the root."""
+    case = spec(bs=2, prefix_lens=[3, 3], input_lens=window, seed=seed)
+    for request in range(2):
+        parents = NGRAM_VERIFY.tree(case, request)
+        assert len(parents) == window and parents[:2] == [-1, 0][:window]
+        assert all(0 <= p < node for node, p in enumerate(parents) if node)
+        assert parents[1:] == sorted(parents[1:])
+
+
+def test_ngram_verify_sees_what_its_tree_says(monkeypatch):
+    """A deep ngram chain-with-branch, parents [-1, 0, 1, 1, 3], after a 1-token prefix."""
+    monkeypatch.setattr(type(NGRAM_VERIFY), "tree", lambda self, case, request: [-1, 0, 1, 1, 3])
+    (step,) = NGRAM_VERIFY.steps(spec(prefix_lens=[1], input_lens=5))
+    assert visible(step) == [(0, (0, 1)), (0, (0, 1, 2)), (0, (0, 1, 2, 3)), (0, (0, 1, 2, 4)),
+                             (0, (0, 1, 2, 4, 5))]
+
+
+def test_draft_extend_v2_causal_window():
+    case = spec(bs=2, prefix_lens=[2, 0], input_lens=3)
+    (step,) = DRAFT_EXTEND_V2.steps(case)
+    assert visible(step) == [(0, (0, 1, 2)), (0, (0, 1, 2, 3)), (0, (0, 1, 2, 3, 4)),
+                             (1, (0,)), (1, (0, 1)), (1, (0, 1, 2))]
+    assert step.writes == [(0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2)]
+
+
+def test_draft_decode_branches():
+    """prefix 2, topk 2, 3 steps: branch k's token of step s sits at 2 + 3k + s."""
+    case = spec(prefix_lens=[2], topk=2)
+    step0, step1 = DRAFT_DECODE.steps(case)
+    assert visible(step0) == [(0, (0, 1, 2)), (0, (0, 1, 5))]
+    assert step0.writes == [(0, 2), (0, 5)]
+    assert visible(step1) == [(0, (0, 1, 2, 3)), (0, (0, 1, 5, 6))]
+    assert step1.writes == [(0, 3), (0, 6)]
+    assert DRAFT_DECODE.row_lens(case) == [8]
+
+
+@pytest.mark.parametrize("prefix,window,sink,seen", [
+    (10, 3, 2, (0, 1, 7, 8, 9)),  # the sink, then the most recent window
+    (10, 4, 0, (6, 7, 8, 9)),  # a window alone
+    (4, 3, 2, (0, 1, 2, 3)),  # a prefix shorter than sink + window is read whole
+])
+def test_draft_decode_window_and_sink(prefix, window, sink, seen):
+    """sglang 0.5.21+'s draft window / sink: the prefix a draft query reads, then its own branch."""
+    case = spec(prefix_lens=[prefix], topk=1, draft_window=window, draft_sink=sink)
+    step0, step1 = DRAFT_DECODE.steps(case)
+    assert visible(step0) == [(0, (*seen, prefix))]
+    assert visible(step1) == [(0, (*seen, prefix, prefix + 1))]
+
+
+def test_draft_decode_step_views_take_each_steps_slots():
+    """out_cache_loc is ordered (request, branch, step); step s writes its column."""
+    slots = torch.tensor([100 * r + 10 * k + s for r in range(2) for k in range(2) for s in range(3)])
+    batch = SimpleNamespace(batch_size=2, spec_info=SimpleNamespace(num_tokens_per_req=2), out_cache_loc=slots)
+    backend = SimpleNamespace(attn_backends=["step0", "step1"])
+    views = DRAFT_DECODE.step_views(backend, batch)
+    assert [name for name, _ in views] == ["step0", "step1"]
+    assert views[0][1].out_cache_loc.tolist() == [0, 10, 100, 110]
+    assert views[1][1].out_cache_loc.tolist() == [1, 11, 101, 111]
