@@ -147,7 +147,7 @@ def run_cell(cell: Cell) -> CellResult:
     row_lens = mode.row_lens(spec)
     layout = build_layout(spec.kv_layout, row_lens, spec.page_size, spec.seed,
                           extra_rows=cell.capture_bs or 0)
-    fields = server_fields(spec, entry.server_arg, mode.num_draft_tokens(spec), mode.spec_algorithm)
+    fields = server_fields(spec, entry.server_arg, mode.speculative_args(spec))
     with sglang_state(fields) as server_args:
         state = build_state(spec, layout, row_lens, platform.DEVICE)
         runner_obj = model_runner(spec, state.pools, server_args, platform.DEVICE,

@@ -20,8 +20,12 @@ SINGLE_RANK = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0,
                    attn_cp_size=1, attn_cp_rank=0, attn_dp_size=1, attn_dp_rank=0)
 
 
-def server_fields(spec: CaseSpec, backend_arg: str, num_draft_tokens: int, algorithm: str) -> dict:
-    """Server args as a speculative-decoding deployment of this case would set them."""
+def server_fields(spec: CaseSpec, backend_arg: str, speculative: dict) -> dict:
+    """Server args as a speculative-decoding deployment of this case would set them.
+
+    ``speculative`` is the mode's own algorithm, topk, steps and draft-token count
+    (SpecMode.speculative_args), as sglang's argument hooks resolve them.
+    """
     # The draft window / sink fields exist only from sglang 0.5.21 on (the sink field), so they
     # are set only by cases that use them, which backend entries skip on older releases.
     window = {} if not spec.draft_window else dict(speculative_draft_window_size=spec.draft_window,
@@ -32,10 +36,7 @@ def server_fields(spec: CaseSpec, backend_arg: str, num_draft_tokens: int, algor
         page_size=spec.page_size,
         disable_cuda_graph=True,
         chunked_prefill_size=-1,
-        speculative_algorithm=algorithm,
-        speculative_eagle_topk=spec.topk,
-        speculative_num_steps=spec.num_steps,
-        speculative_num_draft_tokens=num_draft_tokens,
+        **speculative,
         triton_attention_num_kv_splits=8,
         kv_cache_dtype="auto",
     )
@@ -149,6 +150,9 @@ def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: st
         init_new_workspace=False,
         plan_stream_for_flashinfer=None,
         canary_manager=None,
+        # 0.5.23's FlashInfer reads which backend serves prefill and decode (hybrid setups).
+        prefill_attention_backend_str=server_args.attention_backend,
+        decode_attention_backend_str=server_args.attention_backend,
     )
     for extra in STAND_IN_EXTRAS.value:
         extra(runner)

@@ -33,6 +33,7 @@ class SpecMode(Protocol):
     takes_draft_window: bool  # draft_window / draft_sink apply (the multi-step draft decode)
 
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
+    def speculative_args(self, spec: CaseSpec) -> dict: ...  # --speculative-* server args
     def row_lens(self, spec: CaseSpec) -> list[int]: ...
     def num_draft_tokens(self, spec: CaseSpec) -> int: ...
     def steps(self, spec: CaseSpec) -> list[ForwardStep]: ...
@@ -42,6 +43,12 @@ class SpecMode(Protocol):
     def tokens_per_request(self, spec: CaseSpec) -> int: ...
     def capture_spec_info(self, spec_info, static, tokens_per_request: int): ...
     def replay_spec_info(self, spec_info, static, tokens_per_request: int): ...
+
+
+def eagle_speculative_args(spec: CaseSpec, num_draft_tokens: int) -> dict:
+    """EAGLE's --speculative-* arguments: the case's topk and steps, as the user sets them."""
+    return dict(speculative_algorithm="EAGLE", speculative_eagle_topk=spec.topk,
+                speculative_num_steps=spec.num_steps, speculative_num_draft_tokens=num_draft_tokens)
 
 
 def host_mirror(state, values: list[int], *, kept_on_gpu_only: bool = False):
@@ -57,9 +64,14 @@ def host_mirror(state, values: list[int], *, kept_on_gpu_only: bool = False):
 
 
 def base_fields(state, forward_mode, *, seq_lens: list[int], out_slots: list[int],
-                num_tokens: int, positions: list[int], spec_info) -> dict:
-    """ForwardBatch fields every mode sets the same way."""
+                num_tokens: int, positions: list[int], spec_info, algorithm: str) -> dict:
+    """ForwardBatch fields every mode sets the same way.
+
+    spec_algorithm is set as ForwardBatch.init_new sets it from the schedule batch:
+    FA3/FA4 read it in the verify path (0.5.23: forward_batch.spec_algorithm.is_uno()).
+    """
     import torch
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     mirrored = host_mirror(state, seq_lens)
     return dict(
@@ -73,5 +85,6 @@ def base_fields(state, forward_mode, *, seq_lens: list[int], out_slots: list[int
         seq_lens_cpu=torch.tensor(mirrored, dtype=torch.int64) if mirrored is not None else None,
         positions=state.tensor(positions),
         spec_info=spec_info,
+        spec_algorithm=SpeculativeAlgorithm.from_string(algorithm),
     )
 

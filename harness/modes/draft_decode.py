@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from harness.modes.base import ForwardStep, base_fields
+from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -51,6 +51,9 @@ class DraftDecode:
         sink = min(spec.draft_sink, prefix)
         recent = min(prefix, spec.draft_window + spec.draft_sink) - sink
         return (*range(sink), *range(prefix - recent, prefix))
+
+    def speculative_args(self, spec: CaseSpec) -> dict:
+        return eagle_speculative_args(spec, self.num_draft_tokens(spec))
 
     def num_draft_tokens(self, spec: CaseSpec) -> int:
         return spec.topk * spec.num_steps + 1 if spec.topk > 1 else spec.num_steps + 1
@@ -88,7 +91,7 @@ class DraftDecode:
                                     num_tokens_for_logprob_per_req=spec.topk)
         fields = base_fields(state, ForwardMode.DECODE, seq_lens=list(spec.prefix_lens),
                              out_slots=out_slots, num_tokens=spec.bs * spec.topk,
-                             positions=positions, spec_info=spec_info)
+                             positions=positions, spec_info=spec_info, algorithm=self.spec_algorithm)
         spec_info.positions = fields["positions"]
         return ForwardBatch(**fields)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from harness.modes.base import ForwardStep, base_fields, host_mirror
+from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args, host_mirror
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -35,6 +35,9 @@ class DraftExtendV2:
         if len(set(case.input_lens)) != 1:
             return f"input_lens: DRAFT_EXTEND_V2 fills a fixed window per request; got {case.input_lens}"
         return None
+
+    def speculative_args(self, spec: CaseSpec) -> dict:
+        return eagle_speculative_args(spec, self.num_draft_tokens(spec))
 
     def num_draft_tokens(self, spec: CaseSpec) -> int:
         return spec.input_lens[0]
@@ -63,7 +66,7 @@ class DraftExtendV2:
             state, ForwardMode.DRAFT_EXTEND_V2,
             seq_lens=[p + window for p in spec.prefix_lens],
             out_slots=[state.layout.row_slots[r][p] for r, p in writes],
-            num_tokens=len(writes), positions=[p for _, p in writes], spec_info=None)
+            num_tokens=len(writes), positions=[p for _, p in writes], spec_info=None, algorithm=self.spec_algorithm)
         fields["spec_info"] = EagleDraftExtendInput(
             positions=fields["positions"],
             num_accept_tokens=torch.full((spec.bs,), window, dtype=torch.int32, device=state.device),

@@ -25,9 +25,25 @@ if TYPE_CHECKING:
     from harness.cases import CaseSpec
 
 
+# sglang's default --speculative-ngram-max-bfs-breadth (arg_groups/fields/spec.py, 0.5.17-0.5.23).
+NGRAM_MAX_BFS_BREADTH = 10
+
+
 class NgramVerify(TargetVerify):
     name = "ngram_verify"
     spec_algorithm = "NGRAM"
+
+    def speculative_args(self, spec: CaseSpec) -> dict:
+        """As sglang's _handle_ngram resolves them: topk is the BFS breadth, steps = tokens // topk.
+
+        Backends size and choose their verify path from topk (FA3/FA4 take the
+        custom-mask path only for topk > 1), so a chain-like topk 1 would test a
+        configuration production never runs.
+        """
+        window = self.num_draft_tokens(spec)
+        return dict(speculative_algorithm="NGRAM", speculative_eagle_topk=NGRAM_MAX_BFS_BREADTH,
+                    speculative_num_steps=max(1, window // NGRAM_MAX_BFS_BREADTH),
+                    speculative_num_draft_tokens=window)
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from harness.modes.base import ForwardStep, base_fields
+from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -76,6 +76,9 @@ class TargetVerify:
             return f"input_lens: a topk {case.topk} / {case.num_steps}-step tree holds 2..{most} tokens, got {window}"
         return None
 
+    def speculative_args(self, spec: CaseSpec) -> dict:
+        return eagle_speculative_args(spec, self.num_draft_tokens(spec))
+
     def num_draft_tokens(self, spec: CaseSpec) -> int:
         return spec.input_lens[0]
 
@@ -117,7 +120,7 @@ class TargetVerify:
         fields = base_fields(
             state, ForwardMode.TARGET_VERIFY, seq_lens=list(spec.prefix_lens),
             out_slots=[state.layout.row_slots[r][p] for r, p in writes],
-            num_tokens=len(writes), positions=positions, spec_info=None)
+            num_tokens=len(writes), positions=positions, spec_info=None, algorithm=self.spec_algorithm)
         fields["spec_info"] = self.verify_input(state, fields, window)
         return ForwardBatch(**fields)
 
