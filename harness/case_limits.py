@@ -111,7 +111,7 @@ class _Sizes:
     graph_bs: int  # largest capture size, or bs when no graph form runs
     tokens_per_request: int
     context_len: int
-    graph_steps: int  # backends a multi-step draft keeps graph buffers for (1 otherwise)
+    graph_steps: int  # rows of a multi-step draft's shared kv_indices: one per draft step (1 otherwise)
     dtype_bytes: int
 
 
@@ -127,9 +127,9 @@ BUFFERS = (
            lambda s: s.graph_steps * s.graph_bs * s.tokens_per_request * s.context_len * INDEX_BYTES,
            "capture_bs"),
     Buffer("Triton's CUDA-graph attention logits (capture size x tokens per request x num_heads x "
-           f"{TRITON_KV_SPLITS} splits x head_dim x fp32)",
-           lambda s: s.graph_bs * s.tokens_per_request * s.spec.num_heads * TRITON_KV_SPLITS
-           * s.spec.head_dim * 4, "capture_bs"),
+           f"{TRITON_KV_SPLITS} splits x head_dim x fp32, per step backend)",
+           lambda s: max(s.graph_steps - 1, 1) * s.graph_bs * s.tokens_per_request * s.spec.num_heads
+           * TRITON_KV_SPLITS * s.spec.head_dim * 4, "capture_bs"),
 )
 
 

@@ -1,0 +1,59 @@
+"""The memory limit's estimate against what a cell really allocates.
+
+case_limits refuses a case whose buffers would pass the per-cell budget, from an estimate of
+the largest ones. The estimate is only honest while it matches what sglang allocates, so this
+builds the pools and Triton's CUDA-graph state for the largest cell of two cases (no kernel
+runs) and compares the bytes of every distinct tensor with the estimate.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import platform
+from harness.backends import BACKENDS
+from harness.case_limits import BUFFERS, _sizes
+from harness.cases import CaseSpec
+from harness.kv_layout import build_layout
+from harness.modes import MODES
+from harness.pools import build_state
+from harness.run_cell import with_small_real_requests
+from harness.sglang_env import model_runner, server_fields, sglang_state
+
+CASES = {
+    "target_verify": dict(name="m", bs=4, prefix_lens=3000, input_lens=4, head_dim=128, num_heads=8,
+                          num_kv_heads=4, capture_bs=[4, 64]),
+    "draft_decode": dict(name="m", bs=2, prefix_lens=5000, topk=2, num_steps=3, num_heads=32, num_kv_heads=8,
+                         head_dim=128, capture_bs=[2, 32]),
+}
+
+
+def _storages(tensors) -> dict[int, int]:
+    """Bytes per storage behind ``tensors`` (views of one buffer share a storage)."""
+    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+
+
+@pytest.mark.parametrize("mode_name", sorted(CASES))
+def test_estimate_matches_what_a_cell_allocates(mode_name):
+    """Each group of buffers within 15% of the bytes sglang and the harness really allocate."""
+    spec, mode, entry = CaseSpec.model_validate(CASES[mode_name]), MODES[mode_name], BACKENDS["triton"]
+    pool, req_to_token, *graph = (buffer.size(_sizes(mode, spec)) for buffer in BUFFERS)
+    capture = max(spec.capture_sizes)
+    padded = with_small_real_requests(spec, capture)  # the largest cell: small_real at the top size
+    rows = mode.row_lens(padded)
+    layout = build_layout(padded.kv_layout, rows, padded.page_size, padded.seed, extra_rows=capture)
+    with sglang_state(server_fields(padded, entry.server_arg, mode.num_draft_tokens(padded))) as args:
+        state = build_state(padded, layout, rows, platform.DEVICE)
+        runner = model_runner(padded, state.pools, args, platform.DEVICE,
+                              is_draft_worker=mode.backend_role != "target")
+        backend = entry.build(mode.backend_role, runner, padded)
+        backend.init_cuda_graph_state(capture, capture * mode.tokens_per_request(padded))
+    kv, pools = state.pools.kv, state.pools
+    owned = _storages([*kv.k_buffer, *kv.v_buffer, *state.row_k, *state.row_v])
+    indices = _storages([pools.req_to_token.req_to_token])
+    graph_state = [value for owner in (backend, *getattr(backend, "attn_backends", ()))
+                   for value in vars(owner).values() if isinstance(value, torch.Tensor)]
+    graph_owned = {ptr: size for ptr, size in _storages(graph_state).items() if ptr not in owned | indices}
+    for estimate, allocated in ((pool, owned), (req_to_token, indices), (sum(graph), graph_owned)):
+        assert 0.85 <= estimate / sum(allocated.values()) <= 1.15, (mode_name, estimate, sum(allocated.values()))
