@@ -49,7 +49,8 @@ FIELD_RANGES: dict[str, Range] = {
     "bs": Range(1, 512, _GRAPH_BS),
     "capture_bs": Range(1, 512, _GRAPH_BS),
     "prefix_lens": Range(0, MAX_ROW_TOKENS, _LONGEST),
-    "context_len": Range(0, MAX_ROW_TOKENS + 1024, "the longest prefix, 131,072 tokens, plus room for its draft tokens"),
+    "context_len": Range(0, MAX_ROW_TOKENS + 1024,
+                         "the longest prefix, 131,072 tokens, plus room for its draft tokens"),
     "input_lens": Range(1, 256, "the verify / draft-extend window is speculative_num_draft_tokens "
                                 "long; sglang's auto-chosen EAGLE settings use 4 or 8"),
     "topk": Range(1, 8, "sglang's auto-chosen EAGLE settings use topk 1 or 4; "
@@ -57,7 +58,8 @@ FIELD_RANGES: dict[str, Range] = {
     "num_steps": Range(1, 16, "sglang's auto-chosen EAGLE settings use 3 or 5 draft steps"),
     "page_size": Range(1, 128, "the largest page any sglang backend takes is 128 tokens: "
                                "cutlass_mla needs 128, TRT-LLM MHA takes 16..128"),
-    "num_heads": Range(1, 128, "the largest models sglang serves, Llama-3.1-405B and DeepSeek-V3, have 128 query heads"),
+    "num_heads": Range(1, 128, "the largest models sglang serves, Llama-3.1-405B and DeepSeek-V3, "
+                               "have 128 query heads"),
     "num_kv_heads": Range(1, 128, "KV heads never outnumber query heads"),
     "head_dim": Range(8, 256, "FA3 takes head dims up to 256 in multiples of 8, as flash-attention's "
                               "forward checks, and MHA models use 64 to 256", multiple_of=8),
@@ -98,17 +100,17 @@ class Buffer:
     """One of the largest allocations of a cell: what it is, its size, the field to shrink."""
 
     name: str
-    size: Callable[["_Sizes"], int]
+    size: Callable[["CellSizes"], int]
     shrink: str
 
 
 @dataclass(frozen=True)
-class _Sizes:
+class CellSizes:
     """The numbers the buffers are sized from, for the largest cell of a case."""
 
     spec: "CaseSpec"
     row_tokens: int  # all requests' rows together (prefix + the tokens the mode adds), in whole pages
-    graph_bs: int  # largest capture size, or bs when no graph form runs
+    graph_bs: int  # largest capture size, or 0 when no graph form runs
     tokens_per_request: int
     context_len: int
     graph_steps: int  # rows of a multi-step draft's shared kv_indices: one per draft step (1 otherwise)
@@ -133,7 +135,8 @@ BUFFERS = (
 )
 
 
-def _sizes(mode, spec: "CaseSpec") -> _Sizes:
+def largest_cell_sizes(mode, spec: "CaseSpec") -> CellSizes:
+    """The sizes of the case's largest cell: its largest capture size, padded with small_real rows."""
     import torch
 
     from harness.pools import context_len_for
@@ -141,9 +144,10 @@ def _sizes(mode, spec: "CaseSpec") -> _Sizes:
     rows = mode.row_lens(spec)
     graph = any(runner in GRAPH_RUNNER_NAMES for runner in spec.runners)
     page = spec.page_size
-    return _Sizes(
-        spec=spec, row_tokens=sum(-(-row // page) * page for row in rows), graph_bs=max(spec.capture_sizes) if graph else 0,
-        tokens_per_request=mode.tokens_per_request(spec), context_len=context_len_for(spec, rows),
+    return CellSizes(
+        spec=spec, row_tokens=sum(-(-row // page) * page for row in rows),
+        graph_bs=max(spec.capture_sizes) if graph else 0, tokens_per_request=mode.tokens_per_request(spec),
+        context_len=context_len_for(spec, rows),
         graph_steps=spec.num_steps if mode.backend_role == "draft_multi_step" else 1,
         dtype_bytes=torch.finfo(getattr(torch, spec.dtype)).bits // 8,
     )
@@ -163,7 +167,7 @@ def case_problem(mode, spec: "CaseSpec") -> tuple[str, str] | None:
         return "context_len", (f"{spec.context_len} is shorter than the longest request row, "
                                f"{longest} tokens (its prefix plus the tokens {mode.name} adds); "
                                f"give at least {longest}, or leave context_len out to derive it")
-    sizes = _sizes(mode, spec)
+    sizes = largest_cell_sizes(mode, spec)
     needs = sorted(((buffer.size(sizes), buffer) for buffer in BUFFERS), key=lambda pair: -pair[0])
     total = sum(size for size, _ in needs)
     if total <= CELL_MEMORY_BUDGET:

@@ -122,11 +122,13 @@ class CaseSpec(BaseModel):
         for field in ("prefix_lens", "input_lens"):
             lengths = getattr(self, field)
             if lengths is not None and len(lengths) != self.bs:
-                return field, f"has {len(lengths)} entries but bs is {self.bs} (one per request, or one number for all)"
+                return field, (f"has {len(lengths)} entries but bs is {self.bs} "
+                               "(one per request, or one number for all)")
         if self.num_heads % self.num_kv_heads:
             return "num_heads", f"{self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}"
         if any(size < self.bs for size in self.capture_bs):
-            return "capture_bs", f"{self.capture_bs} must each be >= bs {self.bs} (a graph pads the batch up to its size)"
+            return "capture_bs", (f"{self.capture_bs} must each be >= bs {self.bs} "
+                                  "(a graph pads the batch up to its size)")
         for field in SELECTIONS:
             chosen = getattr(self, field)
             repeated = next((item for index, item in enumerate(chosen) if item in chosen[:index]), None)
@@ -299,7 +301,8 @@ def _checked_variants(variants: Any) -> list[dict]:
     if not isinstance(variants, list):
         raise _Problem("variants", f"expected a list of field -> value maps, got {show(variants)}")
     if not variants:
-        raise _Problem("variants", "is an empty list, so the case makes no cases; give a variant or leave variants out")
+        raise _Problem("variants", "is an empty list, so the case makes no cases; give a variant "
+                                   "or leave variants out")
     names: dict[str, int] = {}
     for index, variant in enumerate(variants):
         field = f"variants[{index}]"
@@ -420,7 +423,8 @@ def load_case_file(path: Path) -> list[Case]:
             if found:
                 raise CaseFileError(_line(where, case, *found))
             if name in made_by:
-                raise CaseFileError(_line(where, case, "name", f"duplicate case name (also made by {made_by[name]})"))
+                raise CaseFileError(_line(where, case, "name",
+                                          f"duplicate case name (also made by {made_by[name]})"))
             made_by[name] = label
             cases.append(Case(mode=parsed.mode, spec=spec, source=where))
     return cases

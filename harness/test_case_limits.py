@@ -13,7 +13,7 @@ import torch
 
 from harness import platform
 from harness.backends import BACKENDS
-from harness.case_limits import BUFFERS, _sizes
+from harness.case_limits import BUFFERS, largest_cell_sizes
 from harness.cases import CaseSpec
 from harness.kv_layout import build_layout
 from harness.modes import MODES
@@ -38,7 +38,7 @@ def _storages(tensors) -> dict[int, int]:
 def test_estimate_matches_what_a_cell_allocates(mode_name):
     """Each group of buffers within 15% of the bytes sglang and the harness really allocate."""
     spec, mode, entry = CaseSpec.model_validate(CASES[mode_name]), MODES[mode_name], BACKENDS["triton"]
-    pool, req_to_token, *graph = (buffer.size(_sizes(mode, spec)) for buffer in BUFFERS)
+    pool, req_to_token, *graph = (buffer.size(largest_cell_sizes(mode, spec)) for buffer in BUFFERS)
     capture = max(spec.capture_sizes)
     padded = with_small_real_requests(spec, capture)  # the largest cell: small_real at the top size
     rows = mode.row_lens(padded)
