@@ -48,8 +48,8 @@ def run(args) -> int:
                   "harness/test_cases.py", "-p", "no:cacheprovider", "-q", *args.pytest_args)
     cells = REPORTS_DIR / "cells" / os.environ[RUN_ID_ENV]
     if tests in cli.NO_CELL_RAN or not cells.is_dir():  # an interrupted run still has cells to report
-        stopped = cli.pytest_stopped(tests, "python -m harness run") or "python -m harness run: pytest recorded no cell"
-        print(f"{stopped}; no reports written", file=sys.stderr)
+        stopped = cli.pytest_stopped(tests, "python -m harness run")
+        print(f"{stopped or 'python -m harness run: pytest recorded no cell'}; no reports written", file=sys.stderr)
         return tests or 1
     results = str(out / "results.json")
     steps = [

@@ -38,7 +38,7 @@ EXPECTED_ERRORS = {
     "top_level_list.yaml": ["expected a mapping with 'mode', 'cases'", "(a list)"],
     "top_level_text.yaml": ["expected a mapping with 'mode', 'cases'", "got 'target_verify' (text)"],
     "missing_mode.yaml": ["field 'mode': required"],
-    "unknown_mode.yaml": ["field 'mode'", "got 'target_verfy'", "valid: 'target_verify', 'draft_extend_v2'"],
+    "unknown_mode.yaml": ["field 'mode'", "got 'target_verfy'", "valid: 'target_verify', ", " or 'draft_decode'"],
     "unknown_top_key.yaml": ["field 'case'", "did you mean 'cases'?", "valid fields: mode, defaults, cases"],
     "cases_not_list.yaml": ["field 'cases'", "expected a list, got {"],
     "case_not_mapping.yaml": ["case #1", "expected a mapping of fields, got 'chain-bs2' (text)"],
@@ -144,6 +144,10 @@ EXPECTED_ERRORS = {
     "draft_decode_with_window.yaml": ["field 'input_lens'", "drop input_lens"],
     "draft_decode_one_step.yaml": ["field 'num_steps'", "needs num_steps >= 2"],
     "draft_decode_tree_paged.yaml": ["field 'page_size'", "supports page_size 1 only"],
+    "draft_window_in_verify.yaml": ["field 'draft_window'", "only draft_decode takes draft_window"],
+    "draft_sink_without_window.yaml": ["field 'draft_sink'", "only with a draft_window"],
+    "draft_window_too_large.yaml": ["field 'draft_window'", "1,000,000 is over 131,072"],
+    "ngram_with_topk.yaml": ["field 'topk'", "topk does not apply, leave it at 1"],
 }
 
 

@@ -11,15 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import platform
 from harness.backends import BACKENDS
 from harness.case_limits import BUFFERS, largest_cell_sizes
 from harness.cases import CaseSpec
-from harness.kv_layout import build_layout
 from harness.modes import MODES
-from harness.pools import build_state
-from harness.run_cell import with_small_real_requests
-from harness.sglang_env import model_runner, server_fields, sglang_state
+from harness.run_cell import built_backend, with_small_real_requests
 
 CASES = {
     "target_verify": dict(name="m", bs=4, prefix_lens=3000, input_lens=4, head_dim=128, num_heads=8,
@@ -41,13 +37,7 @@ def test_estimate_matches_what_a_cell_allocates(mode_name):
     pool, req_to_token, *graph = (buffer.size(largest_cell_sizes(mode, spec)) for buffer in BUFFERS)
     capture = max(spec.capture_sizes)
     padded = with_small_real_requests(spec, capture)  # the largest cell: small_real at the top size
-    rows = mode.row_lens(padded)
-    layout = build_layout(padded.kv_layout, rows, padded.page_size, padded.seed, extra_rows=capture)
-    with sglang_state(server_fields(padded, entry.server_arg, mode.num_draft_tokens(padded))) as args:
-        state = build_state(padded, layout, rows, platform.DEVICE)
-        runner = model_runner(padded, state.pools, args, platform.DEVICE,
-                              is_draft_worker=mode.backend_role != "target")
-        backend = entry.build(mode.backend_role, runner, padded)
+    with built_backend(padded, mode, entry, extra_rows=capture) as (state, _, backend):
         backend.init_cuda_graph_state(capture, capture * mode.tokens_per_request(padded))
     kv, pools = state.pools.kv, state.pools
     owned = _storages([*kv.k_buffer, *kv.v_buffer, *state.row_k, *state.row_v])
