@@ -20,6 +20,7 @@ import pytest
 
 from harness.reporting.test_reporting import RUN, make_cell
 from harness.results import RUN_ID_ENV
+from harness.wheelhouse.manifest import FORMAT as MANIFEST_FORMAT
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD_CASE = Path(__file__).parent / "testdata" / "bad_cases" / "int_as_quoted_text.yaml"
@@ -47,7 +48,7 @@ def inputs(tmp_path: Path) -> Path:
         "run/gw0.jsonl": '{"cell_id": \n',
         "empty_run/run.json": json.dumps(RUN),
         "parts/wheelhouse-manifest.json": "{broken",
-        "old_parts/wheelhouse-manifest.json": '{"format": 1}',
+        "old_parts/wheelhouse-manifest.json": json.dumps({"format": MANIFEST_FORMAT}),  # this format, no fields
         "no_manifest/part.txt": "",
         "a_file": "",
         "bad_cases/bad.yaml": BAD_CASE.read_text(),
