@@ -9,13 +9,12 @@ collected cell; it exits non-zero if any failed, crashed or did not run.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from harness import platform
+from harness import cli, platform
 from harness.reporting.cell_schema import load_results
 from harness.reporting.totals import totals_line
 from harness.results import REPORTS_DIR, RUN_ID_ENV, run_id
@@ -28,24 +27,33 @@ def _step(*args: str) -> int:
     return subprocess.run(args, cwd=ROOT, check=False).returncode
 
 
-def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness run", description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--workers", default=None,
-                        help="pytest-xdist workers (default: one per GPU on a GPU box, else one per core)")
-    parser.add_argument("--shard", default="1/1", help="i/n: run one shard of the cells")
-    parser.add_argument("--section", choices=("cpu", "gpu"), default="gpu" if platform.HAS_GPU else "cpu")
-    parser.add_argument("--no-readme", action="store_true", help="leave README.md untouched")
-    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
-    args = parser.parse_args(argv)
+def build_parser() -> cli.Parser:
+    parser = cli.Parser(prog="python -m harness", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="run")
+    run = commands.add_parser("run", help="run the case matrix here and write reports/<cpu|gpu>/")
+    run.add_argument("-n", "--workers", type=cli.workers, default=None,
+                     help="pytest-xdist workers (default: one per GPU on a GPU box, else one per core)")
+    run.add_argument("--shard", type=cli.shard, default="1/1", help="i/n: run one shard of the cells")
+    run.add_argument("--section", choices=("cpu", "gpu"), default="gpu" if platform.HAS_GPU else "cpu")
+    run.add_argument("--no-readme", action="store_true", help="leave README.md untouched")
+    run.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    return parser
+
+
+def run(args) -> int:
     workers = args.workers or (str(platform.gpu_count()) if platform.HAS_GPU else "auto")
     os.environ[RUN_ID_ENV] = run_id()
     out = REPORTS_DIR / args.section
     tests = _step(sys.executable, "-m", "pytest", "-n", workers, "--shard", args.shard,
                   "harness/test_cases.py", "-p", "no:cacheprovider", "-q", *args.pytest_args)
-    cells = str(REPORTS_DIR / "cells" / os.environ[RUN_ID_ENV])
+    cells = REPORTS_DIR / "cells" / os.environ[RUN_ID_ENV]
+    if tests in cli.NO_CELL_RAN or not cells.is_dir():  # an interrupted run still has cells to report
+        stopped = cli.pytest_stopped(tests, "python -m harness run")
+        print(f"{stopped or 'python -m harness run: pytest recorded no cell'}; no reports written", file=sys.stderr)
+        return tests or 1
     results = str(out / "results.json")
     steps = [
-        ("merge", cells, "--out-dir", str(out)),
+        ("merge", str(cells), "--out-dir", str(out)),
         ("summary", "--results", results, "--out", str(out / "SUMMARY.md")),
         ("heatmap", "--results", results, "--out", str(out / "matrix.png")),
     ]
@@ -61,11 +69,8 @@ def run(argv: list[str]) -> int:
     return tests or int(not_run)
 
 
-def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] != "run":
-        print("usage: python -m harness run [-n N] [--shard i/n] [--section cpu|gpu] [-- pytest args]")
-        return 2
-    return run(sys.argv[2:])
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import platform, releases
+from harness import cli, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cell_matrix import expand_cells, in_shard
@@ -53,12 +53,9 @@ def pytest_addoption(parser):
 
 def _parse_shard(text: str) -> tuple[int, int]:
     try:
-        number, total = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise pytest.UsageError(f"--shard {text!r}: expected i/n, e.g. 1/4") from None
-    if not 1 <= number <= total:
-        raise pytest.UsageError(f"--shard {text!r}: i must be between 1 and n")
-    return number, total
+        return cli.parse_shard(text)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 def _sanitizer_tools(text: str | None) -> list[str]:

@@ -8,7 +8,6 @@ cell kills has survived, and the command fails. A clean run of the same cells
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import platform
+from harness import cli, platform
 from harness.results import REPORTS_DIR, RUN_ID_ENV
 from harness.seed_bugs import SEED_BUGS
 
@@ -77,13 +76,14 @@ def kill_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m harness.replay", description=__doc__.splitlines()[0])
     parser.add_argument("--bug", action="append", choices=sorted(SEED_BUGS), help="replay only these")
-    parser.add_argument("-n", "--workers", default="auto")
-    parser.add_argument("--out", default=str(REPORTS_DIR / ("gpu" if platform.HAS_GPU else "cpu")))
+    parser.add_argument("-n", "--workers", type=cli.workers, default="auto")
+    parser.add_argument("--out", type=cli.output_folder,
+                        default=str(REPORTS_DIR / ("gpu" if platform.HAS_GPU else "cpu")))
     args = parser.parse_args(argv)
     rows = [replay(bug_id, args.workers) for bug_id in (args.bug or SEED_BUGS)]
-    out = Path(args.out)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "kill_table.json").write_text(json.dumps(rows, indent=2) + "\n")
     (out / "KILL_TABLE.md").write_text(kill_table(rows) + "\n")

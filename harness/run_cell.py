@@ -8,10 +8,12 @@ CUDA graphs, against the same batch run eagerly).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fnmatch
 import os
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import triton
@@ -134,6 +136,22 @@ def _crash_drill(cell: Cell) -> None:
         CRASHES[platform.DEVICE]()
 
 
+@contextlib.contextmanager
+def built_backend(spec: CaseSpec, mode, entry, extra_rows: int) -> Iterator[tuple]:
+    """Pools filled for ``spec`` and sglang's backend built on them, inside sglang's server-args state.
+
+    Yields (state, server_args, backend); ``extra_rows`` reserves pool rows for graph padding.
+    """
+    row_lens = mode.row_lens(spec)
+    layout = build_layout(spec.kv_layout, row_lens, spec.page_size, spec.seed, extra_rows=extra_rows)
+    fields = server_fields(spec, entry.server_arg, mode.speculative_args(spec))
+    with sglang_state(fields) as server_args:
+        state = build_state(spec, layout, row_lens, platform.DEVICE)
+        runner_obj = model_runner(spec, state.pools, server_args, platform.DEVICE,
+                                  is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
+        yield state, server_args, entry.build(mode.backend_role, runner_obj, spec)
+
+
 def run_cell(cell: Cell) -> CellResult:
     reason = skip_reason(cell)
     if reason:
@@ -144,15 +162,7 @@ def run_cell(cell: Cell) -> CellResult:
     mode, entry, real_bs = MODES[cell.case.mode], BACKENDS[cell.backend], cell.case.spec.bs
     spec = (with_small_real_requests(cell.case.spec, cell.capture_bs)
             if cell.padding == "small_real" else cell.case.spec)
-    row_lens = mode.row_lens(spec)
-    layout = build_layout(spec.kv_layout, row_lens, spec.page_size, spec.seed,
-                          extra_rows=cell.capture_bs or 0)
-    fields = server_fields(spec, entry.server_arg, mode.speculative_args(spec))
-    with sglang_state(fields) as server_args:
-        state = build_state(spec, layout, row_lens, platform.DEVICE)
-        runner_obj = model_runner(spec, state.pools, server_args, platform.DEVICE,
-                                  is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
-        attn_backend = entry.build(mode.backend_role, runner_obj, spec)
+    with built_backend(spec, mode, entry, extra_rows=cell.capture_bs or 0) as (state, server_args, attn_backend):
         _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
         scale = spec.head_dim ** -0.5
         layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0)

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness import cli
 from harness.known_failures import KnownFailuresError, load_known_failures
 from harness.reporting.cell_schema import ReportingError, load_results
 from harness.reporting.digest import compare, render_digest
@@ -19,8 +20,9 @@ from harness.reporting.readme_matrix import SECTIONS, readme_diff, render_block,
 from harness.reporting.summary import render_summary
 from harness.reporting.totals import totals_line
 
-REPORTS = Path("reports")
-RESULTS = REPORTS / "results.json"
+# Defaults are text so that argparse checks them like a path the user typed.
+REPORTS = "reports"
+RESULTS = f"{REPORTS}/results.json"
 
 
 def _write(path: Path, text: str) -> None:
@@ -83,37 +85,49 @@ def cmd_digest(args: argparse.Namespace) -> int:
     return 1 if digest.alarming else 0
 
 
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def image_file(text: str) -> Path:
+    """heatmap --out: matplotlib picks the format from the suffix, so only these are accepted."""
+    path = cli.output_file(text)
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"{text}: give a file ending in {', '.join(IMAGE_SUFFIXES)}")
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness.reporting", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m harness.reporting", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     merge = sub.add_parser("merge", help="cell lines of run folders -> results.json + junit.xml")
-    merge.add_argument("run_dirs", nargs="+", type=Path, help="reports/cells/<run_id> folders; later ones win")
-    merge.add_argument("--out-dir", type=Path, default=REPORTS)
+    merge.add_argument("run_dirs", nargs="+", type=cli.input_folder,
+                       help="reports/cells/<run_id> folders; later ones win")
+    merge.add_argument("--out-dir", type=cli.output_folder, default=REPORTS)
     merge.set_defaults(func=cmd_merge)
 
     summary = sub.add_parser("summary", help="results.json -> SUMMARY.md")
-    summary.add_argument("--results", type=Path, default=RESULTS)
-    summary.add_argument("--known-failures", type=Path, default=Path("KNOWN_FAILURES.md"))
-    summary.add_argument("--out", type=Path, default=REPORTS / "SUMMARY.md")
+    summary.add_argument("--results", type=cli.input_file, default=RESULTS)
+    summary.add_argument("--known-failures", type=cli.input_file, default="KNOWN_FAILURES.md")
+    summary.add_argument("--out", type=cli.output_file, default=f"{REPORTS}/SUMMARY.md")
     summary.set_defaults(func=cmd_summary)
 
     heatmap = sub.add_parser("heatmap", help="results.json -> matrix.png")
-    heatmap.add_argument("--results", type=Path, default=RESULTS)
-    heatmap.add_argument("--out", type=Path, default=REPORTS / "matrix.png")
+    heatmap.add_argument("--results", type=cli.input_file, default=RESULTS)
+    heatmap.add_argument("--out", type=image_file, default=f"{REPORTS}/matrix.png")
     heatmap.set_defaults(func=cmd_heatmap)
 
     readme = sub.add_parser("readme-matrix", help="rewrite (or --check) the README matrix block")
-    readme.add_argument("--results", type=Path, default=RESULTS)
-    readme.add_argument("--readme", type=Path, default=Path("README.md"))
+    readme.add_argument("--results", type=cli.input_file, default=RESULTS)
+    readme.add_argument("--readme", type=cli.input_file, default="README.md")
     readme.add_argument("--section", choices=SECTIONS, required=True)
     readme.add_argument("--check", action="store_true", help="exit 1 with a diff when the README is out of date")
     readme.set_defaults(func=cmd_readme_matrix)
 
     digest = sub.add_parser("digest", help="compare two results.json; exit 1 on new failures, crashes or cells not run")
-    digest.add_argument("--today", type=Path, default=RESULTS)
-    digest.add_argument("--yesterday", type=Path, required=True)
-    digest.add_argument("--out", type=Path, default=REPORTS / "DIGEST.md")
+    digest.add_argument("--today", type=cli.input_file, default=RESULTS)
+    digest.add_argument("--yesterday", type=cli.input_file, required=True)
+    digest.add_argument("--out", type=cli.output_file, default=f"{REPORTS}/DIGEST.md")
     digest.set_defaults(func=cmd_digest)
     return parser
 
@@ -122,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ReportingError, KnownFailuresError, OSError) as err:
+    except (ReportingError, KnownFailuresError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+    except OSError as err:
+        print(f"error: {cli.os_problem(err)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

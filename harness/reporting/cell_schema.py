@@ -128,7 +128,7 @@ def validate_cell(cell: Any, where: str) -> dict:
 def read_cell_lines(path: Path) -> list[tuple[dict, str]]:
     """Parse one worker's JSON-lines file into (cell, "file:line") pairs; blank lines are skipped."""
     cells = []
-    with open(path, encoding="utf-8") as lines:
+    with open(path, encoding="utf-8", errors="surrogateescape") as lines:  # bad bytes: a JSON error, not a traceback
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -143,13 +143,21 @@ def read_cell_lines(path: Path) -> list[tuple[dict, str]]:
 
 def load_results(path: Path) -> dict:
     """Read results.json (written by `merge`) and check it before any report trusts it."""
+    text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
     try:
-        results = json.loads(Path(path).read_text(encoding="utf-8"))
+        results = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ReportingError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        problem = "is empty" if not text.strip() else f"is not valid JSON ({err.msg} at line {err.lineno})"
+        raise ReportingError(f"{path}: {problem}; write it again with merge") from None
     if not (isinstance(results, dict) and isinstance(results.get("runs"), list)
             and isinstance(results.get("cells"), list)):
         raise ReportingError(f"{path}: expected {{'runs': [...], 'cells': [...]}} as written by merge")
+    if not results["cells"]:
+        raise ReportingError(f"{path}: holds no cells; merge never writes such a file, so it was cut or edited")
+    for index, run in enumerate(results["runs"]):
+        if not isinstance(run, dict) or not isinstance(run.get("versions", {}), dict):
+            raise ReportingError(f"{path}: runs[{index}] is not a run record (an object with run_id, "
+                                 "device, versions {...}) as merge copies from run.json")
     for index, cell in enumerate(results["cells"]):
         validate_cell(cell, f"{path}: cells[{index}]")
     return results

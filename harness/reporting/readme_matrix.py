@@ -64,8 +64,8 @@ def replace_block(readme: str, section: str, block: str, readme_name: str) -> st
         if count != 1:
             problem = "no" if count == 0 else f"{count} copies of the"
             raise ReportingError(
-                f"{readme_name} has {problem} {marker} marker; it needs exactly one pair, each on its own line:\n"
-                f"{start}\n{end}\nwhere the {section.upper()} matrix should appear"
+                f"{readme_name} has {problem} {marker} marker; it needs exactly one pair, {start} and "
+                f"{end}, each on its own line where the {section.upper()} matrix should appear"
             )
     head, rest = readme.split(start)
     if end not in rest:
