@@ -74,7 +74,7 @@ class Manifest:
     def read(cls, parts_dir: Path) -> Manifest:
         path = parts_dir / MANIFEST_NAME
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found (the manifest travels in stage 1, "
+            raise FileNotFoundError(f"{path} not found (every stage carries the manifest, "
                                     "and install copies it into the target)")
         data = json.loads(path.read_text())
         if data.get("format") != FORMAT:
