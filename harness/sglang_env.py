@@ -150,6 +150,7 @@ def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: st
         init_new_workspace=False,
         plan_stream_for_flashinfer=None,
         canary_manager=None,
+        attn_cp_size=1,  # 0.5.21's FA3 reads the context-parallel size off the model runner
         # 0.5.23's FlashInfer reads which backend serves prefill and decode (hybrid setups).
         prefill_attention_backend_str=server_args.attention_backend,
         decode_attention_backend_str=server_args.attention_backend,
