@@ -45,6 +45,15 @@ class SpecMode(Protocol):
     def replay_spec_info(self, spec_info, static, tokens_per_request: int): ...
 
 
+def fixed_window_problem(case: CaseSpec, required: str, rule: str) -> str | None:
+    """The window check every windowed mode shares: given, and the same for every request."""
+    if case.input_lens is None:
+        return f"input_lens: required ({required})"
+    if len(set(case.input_lens)) != 1:
+        return f"input_lens: {rule}; got {case.input_lens}"
+    return None
+
+
 def eagle_speculative_args(spec: CaseSpec, num_draft_tokens: int) -> dict:
     """EAGLE's --speculative-* arguments: the case's topk and steps, as the user sets them."""
     return dict(speculative_algorithm="EAGLE", speculative_eagle_topk=spec.topk,

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args, host_mirror
+from harness.modes.base import (ForwardStep, base_fields, eagle_speculative_args, fixed_window_problem,
+                                 host_mirror)
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -30,11 +31,8 @@ class DraftExtendV2:
     takes_draft_window = False
 
     def validate(self, case: CaseSpec) -> str | None:
-        if case.input_lens is None:
-            return "input_lens: required (the draft-extend window per request)"
-        if len(set(case.input_lens)) != 1:
-            return f"input_lens: DRAFT_EXTEND_V2 fills a fixed window per request; got {case.input_lens}"
-        return None
+        return fixed_window_problem(case, "the draft-extend window per request",
+                                    "DRAFT_EXTEND_V2 fills a fixed window per request")
 
     def speculative_args(self, spec: CaseSpec) -> dict:
         return eagle_speculative_args(spec, self.num_draft_tokens(spec))

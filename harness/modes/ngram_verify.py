@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from harness.modes.base import fixed_window_problem
 from harness.modes.target_verify import TargetVerify
 
 if TYPE_CHECKING:
@@ -46,10 +47,10 @@ class NgramVerify(TargetVerify):
                     speculative_num_draft_tokens=window)
 
     def validate(self, case: CaseSpec) -> str | None:
-        if case.input_lens is None:
-            return "input_lens: required (draft_token_num, the verified tree's node count)"
-        if len(set(case.input_lens)) != 1:
-            return f"input_lens: the ngram worker verifies draft_token_num tokens per request; got {case.input_lens}"
+        problem = fixed_window_problem(case, "draft_token_num, the verified tree's node count",
+                                       "the ngram worker verifies draft_token_num tokens per request")
+        if problem:
+            return problem
         if case.input_lens[0] < 2:
             return f"input_lens: an ngram tree holds a root and at least one draft, so >= 2; got {case.input_lens[0]}"
         if case.topk != 1:
@@ -73,15 +74,7 @@ class NgramVerify(TargetVerify):
     def verify_input(self, state, fields: dict, window: int):
         from sglang.srt.speculative.ngram_info import NgramVerifyInput
 
-        spec = state.spec
-        no_tree = torch.full((spec.bs, window), -1, dtype=torch.long, device=state.device)
-        return NgramVerifyInput(
-            draft_token=torch.zeros(spec.bs * window, dtype=torch.long, device=state.device),
-            custom_mask=self.custom_mask(spec).to(state.device),
-            positions=fields["positions"],
-            retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
-            draft_token_num=window,
-        )
+        return NgramVerifyInput(**self.tree_inputs(state, fields, window))
 
 
 MODE = NgramVerify()

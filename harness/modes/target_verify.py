@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args
+from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args, fixed_window_problem
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -65,10 +65,10 @@ class TargetVerify:
     takes_draft_window = False
 
     def validate(self, case: CaseSpec) -> str | None:
-        if case.input_lens is None:
-            return "input_lens: required (the verify window, e.g. num_steps + 1 for a chain)"
-        if len(set(case.input_lens)) != 1:
-            return f"input_lens: sglang verifies a fixed window per request; got {case.input_lens}"
+        problem = fixed_window_problem(case, "the verify window, e.g. num_steps + 1 for a chain",
+                                       "sglang verifies a fixed window per request")
+        if problem:
+            return problem
         window, most = case.input_lens[0], max_tree_nodes(case.topk, case.num_steps)
         if case.topk == 1 and window != case.num_steps + 1:
             return f"input_lens: a chain (topk 1) verifies num_steps + 1 = {case.num_steps + 1} tokens, got {window}"
@@ -124,20 +124,24 @@ class TargetVerify:
         fields["spec_info"] = self.verify_input(state, fields, window)
         return ForwardBatch(**fields)
 
+    def tree_inputs(self, state, fields: dict, window: int) -> dict:
+        """What every verify spec_info carries for attention (retrieve_* are unused by it)."""
+        spec = state.spec
+        no_tree = torch.full((spec.bs, window), -1, dtype=torch.long, device=state.device)
+        return dict(draft_token=torch.zeros(spec.bs * window, dtype=torch.long, device=state.device),
+                    custom_mask=self.custom_mask(spec).to(state.device), positions=fields["positions"],
+                    retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
+                    draft_token_num=window)
+
     def verify_input(self, state, fields: dict, window: int):
-        """The spec_info eagle_worker_v2 hands the target model (retrieve_* unused by attention)."""
+        """The spec_info eagle_worker_v2 hands the target model."""
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
         from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
         spec = state.spec
-        no_tree = torch.full((spec.bs, window), -1, dtype=torch.long, device=state.device)
         return EagleVerifyInput(
-            draft_token=torch.zeros(spec.bs * window, dtype=torch.long, device=state.device),
-            custom_mask=self.custom_mask(spec).to(state.device),
-            positions=fields["positions"],
-            retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
-            retrieve_cum_len=None, spec_steps=spec.num_steps, topk=spec.topk,
-            draft_token_num=window, capture_hidden_mode=CaptureHiddenMode.FULL,
+            **self.tree_inputs(state, fields, window), retrieve_cum_len=None, spec_steps=spec.num_steps, topk=spec.topk,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
             seq_lens_sum=fields["seq_lens_sum"], seq_lens_cpu=fields["seq_lens_cpu"],
         )
 
