@@ -60,6 +60,28 @@ def eagle_speculative_args(spec: CaseSpec, num_draft_tokens: int) -> dict:
                 speculative_num_steps=spec.num_steps, speculative_num_draft_tokens=num_draft_tokens)
 
 
+class WindowedMode:
+    """A mode whose requests each carry the same window of new tokens (verify, draft extend).
+
+    The window is input_lens[0]: it is the draft-token count, the tokens per request a
+    graph captures, and what each request's row grows by.
+    """
+
+    spec_algorithm = "EAGLE"
+
+    def speculative_args(self, spec: CaseSpec) -> dict:
+        return eagle_speculative_args(spec, self.num_draft_tokens(spec))
+
+    def num_draft_tokens(self, spec: CaseSpec) -> int:
+        return spec.input_lens[0]
+
+    def row_lens(self, spec: CaseSpec) -> list[int]:
+        return [p + self.num_draft_tokens(spec) for p in spec.prefix_lens]
+
+    def tokens_per_request(self, spec: CaseSpec) -> int:
+        return self.num_draft_tokens(spec)
+
+
 def host_mirror(state, values: list[int], *, kept_on_gpu_only: bool = False):
     """A CPU mirror as the scheduler passes it, or None where the case drops it.
 

@@ -17,31 +17,21 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from harness.modes.base import (ForwardStep, base_fields, eagle_speculative_args, fixed_window_problem,
+from harness.modes.base import (ForwardStep, WindowedMode, base_fields, fixed_window_problem,
                                  host_mirror)
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
 
 
-class DraftExtendV2:
+class DraftExtendV2(WindowedMode):
     name = "draft_extend_v2"
     backend_role = "draft"
-    spec_algorithm = "EAGLE"
     takes_draft_window = False
 
     def validate(self, case: CaseSpec) -> str | None:
         return fixed_window_problem(case, "the draft-extend window per request",
                                     "DRAFT_EXTEND_V2 fills a fixed window per request")
-
-    def speculative_args(self, spec: CaseSpec) -> dict:
-        return eagle_speculative_args(spec, self.num_draft_tokens(spec))
-
-    def num_draft_tokens(self, spec: CaseSpec) -> int:
-        return spec.input_lens[0]
-
-    def row_lens(self, spec: CaseSpec) -> list[int]:
-        return [p + self.num_draft_tokens(spec) for p in spec.prefix_lens]
 
     def steps(self, spec: CaseSpec) -> list[ForwardStep]:
         window = self.num_draft_tokens(spec)
@@ -83,9 +73,6 @@ class DraftExtendV2:
 
     def step_views(self, backend, forward_batch):
         return [(backend, forward_batch)]
-
-    def tokens_per_request(self, spec: CaseSpec) -> int:
-        return self.num_draft_tokens(spec)
 
     def capture_spec_info(self, spec_info, static, tokens_per_request: int):
         return self.replay_spec_info(spec_info, static, tokens_per_request)

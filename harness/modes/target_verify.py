@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.reference import Query
-from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args, fixed_window_problem
+from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -58,10 +58,9 @@ def ancestors_or_self(parents: list[int], node: int) -> list[int]:
     return sorted(chain)
 
 
-class TargetVerify:
+class TargetVerify(WindowedMode):
     name = "target_verify"
     backend_role = "target"
-    spec_algorithm = "EAGLE"
     takes_draft_window = False
 
     def validate(self, case: CaseSpec) -> str | None:
@@ -75,15 +74,6 @@ class TargetVerify:
         if case.topk > 1 and not 2 <= window <= most:
             return f"input_lens: a topk {case.topk} / {case.num_steps}-step tree holds 2..{most} tokens, got {window}"
         return None
-
-    def speculative_args(self, spec: CaseSpec) -> dict:
-        return eagle_speculative_args(spec, self.num_draft_tokens(spec))
-
-    def num_draft_tokens(self, spec: CaseSpec) -> int:
-        return spec.input_lens[0]
-
-    def row_lens(self, spec: CaseSpec) -> list[int]:
-        return [p + self.num_draft_tokens(spec) for p in spec.prefix_lens]
 
     def tree(self, spec: CaseSpec, request: int) -> list[int]:
         return draft_tree(spec, request)
@@ -147,9 +137,6 @@ class TargetVerify:
 
     def step_views(self, backend, forward_batch):
         return [(backend, forward_batch)]
-
-    def tokens_per_request(self, spec: CaseSpec) -> int:
-        return self.num_draft_tokens(spec)
 
     def capture_spec_info(self, spec_info, static, tokens_per_request: int):
         """The decode graph runner captures with an all-True mask buffer."""
