@@ -3,8 +3,10 @@
 `python -m harness.versions run` builds one virtual environment per release from its lock file
 (locks/sglang-<version>.txt, a full `pip freeze` installed with --no-deps, so every release runs
 on exactly the stack it was measured on), runs the cell matrix in each, and writes
-reports/versions/: one results.json per release, VERSIONS.md (cells x releases, and for each cell
-whose status changes, the first release where it changed) and versions.json.
+reports/versions/: VERSIONS.md (cells x releases, and for each cell whose status changes, the
+first release where it changed) and versions.json (every cell's status on every release), which
+are committed, and one results.json per release under <release>/ (git-ignored: 1.5 MB each, and
+the repository travels to the GPU runner within 64 MiB per call).
 `python -m harness.versions report` re-renders the tables from the recorded results.
 
 Environments live in the folder the user names (--venvs, default .venvs/, gitignored); they are
@@ -129,7 +131,8 @@ def render(per_release: dict[str, dict]) -> tuple[str, dict]:
         lines.append("None: every cell has the same status on every release.")
     summary = {"releases": releases, "cells": len(table),
                "changed": {cell_id: {"first_changed_in": first_change(row), "statuses": row}
-                           for cell_id, row in changed.items()}}
+                           for cell_id, row in changed.items()},
+               "statuses": {cell_id: [row[r] for r in releases] for cell_id, row in table.items()}}
     return "\n".join(lines) + "\n", summary
 
 
