@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, platform, releases
+from harness import cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cell_matrix import expand_cells, in_shard, skip_reason
@@ -74,7 +74,7 @@ def _check_counts(config) -> None:
 
 def pytest_configure(config):
     run_id()  # set before xdist spawns workers, so all share one run folder
-    platform.pin_worker_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
+    gpu_slots.pin_worker(run_dir() / gpu_slots.SLOTS_DIR)  # before anything initialises CUDA
     if config.getoption("--replay"):
         try:
             inject(config.getoption("--replay"))
