@@ -92,3 +92,12 @@ def test_pin_worker_leaves_the_controller_and_cpu_machines_alone(tmp_path, held,
     monkeypatch.delenv("PYTEST_XDIST_WORKER")  # the controller, or a run without xdist
     assert gpu_slots.pin_worker(tmp_path) is None
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"
+
+
+def test_run_asking_for_more_gpus_than_visible_is_one_line():
+    done = subprocess.run([sys.executable, "-m", "harness", "run", "--gpus", "99"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("python -m harness: error: --gpus 99: ")
+    assert len(done.stderr.splitlines()) == 1
