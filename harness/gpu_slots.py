@@ -34,6 +34,8 @@ class GpuChoiceError(ValueError):
 
 def choose_gpus(count: int, visible: list[str]) -> list[str]:
     """The first ``count`` of the visible GPU ids, or GpuChoiceError naming what is visible."""
+    if count < 1:
+        raise GpuChoiceError(f"--gpus {count}: expected at least 1")
     if not visible:
         raise GpuChoiceError(f"--gpus {count}: this machine has no CUDA GPU")
     if count > len(visible):
