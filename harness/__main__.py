@@ -2,8 +2,8 @@
 
 It runs the differential cells with pytest (one xdist worker per core, or per
 GPU: `--gpus N` spreads the cells over the first N GPUs of this host, each worker
-pinned to one by harness/gpu_slots.py), then turns the per-cell lines into reports/<cpu|gpu>/: results.json
-(the source of truth), junit.xml, SUMMARY.md, matrix.png, and the README
+pinned to one by harness/gpu_slots.py), then turns the per-cell lines into
+reports/<cpu|gpu>/: results.json (the source of truth), junit.xml, SUMMARY.md, matrix.png, and the README
 matrix section for this kind of machine. Its last line accounts for every
 collected cell; it exits non-zero if any failed, crashed or did not run.
 """
