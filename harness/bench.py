@@ -72,6 +72,8 @@ def timed_run(label: str, workers: int, select: str | None, gpus: list[str] | No
     launched = time.time()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     wall = time.time() - launched
+    marks = [json.loads(line) for line in times.read_text().splitlines()] if times.exists() else []
+    times.unlink(missing_ok=True)
     stopped = cli.pytest_stopped(done.returncode, f"the {label} run")
     if stopped or not folder.is_dir():
         last = (done.stderr + done.stdout).strip().splitlines()[-1:] or [""]
@@ -80,8 +82,6 @@ def timed_run(label: str, workers: int, select: str | None, gpus: list[str] | No
     executed = [c for c in cells if c["status"] != "skipped"]
     if not executed:
         raise cli.UsageError(f"--select {select!r} ran no cell here (all skipped); nothing to time")
-    marks = [json.loads(line) for line in times.read_text().splitlines()]
-    times.unlink()
     statuses = {status: sum(c["status"] == status for c in cells) for status in sorted({c["status"] for c in cells})}
     return {"label": label, "workers": workers, "gpus": len(gpus) if gpus else None, "run_id": run,
             "wall_s": round(wall, 1), "collected": len(cells), "executed": len(executed), "statuses": statuses,
