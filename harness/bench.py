@@ -114,6 +114,7 @@ def plan(args) -> list[tuple[str, int, list[str] | None]]:
 
 
 def session(args) -> dict:
+    timed = commit()  # before the runs: the tree may be committed to while they run
     runs, mismatches = [], {}
     for label, workers, gpus in plan(args):
         if label == "cold":
@@ -126,7 +127,7 @@ def session(args) -> dict:
             mismatches[label] = found
     for run in runs:
         del run["outcomes"]
-    return {"label": args.label or commit(), "commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    return {"label": args.label or timed, "commit": timed, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "device": platform.device_description()["device"], "cpus": os.cpu_count(),
             "versions": platform.versions(), "select": args.select or "the whole matrix",
             "runs": runs, "outcome_mismatches": mismatches}
