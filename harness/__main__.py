@@ -1,8 +1,9 @@
 """The main job: `python -m harness run` runs the case matrix here and writes reports/.
 
 It runs the differential cells with pytest (one xdist worker per core, or per
-GPU), then turns the per-cell lines into reports/<cpu|gpu>/: results.json
-(the source of truth), junit.xml, SUMMARY.md, matrix.png, and the README
+GPU: `--gpus N` spreads the cells over the first N GPUs of this host, each worker
+pinned to one by harness/gpu_slots.py), then turns the per-cell lines into
+reports/<cpu|gpu>/: results.json (the source of truth), junit.xml, SUMMARY.md, matrix.png, and the README
 matrix section for this kind of machine. Its last line accounts for every
 collected cell; it exits non-zero if any failed, crashed or did not run.
 """
@@ -14,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import cli, platform
+from harness import cli, gpu_slots, platform
 from harness.reporting.cell_schema import load_results
 from harness.reporting.totals import totals_line
 from harness.results import REPORTS_DIR, RUN_ID_ENV, run_id
@@ -33,6 +34,9 @@ def build_parser() -> cli.Parser:
     run = commands.add_parser("run", help="run the case matrix here and write reports/<cpu|gpu>/")
     run.add_argument("-n", "--workers", type=cli.workers, default=None,
                      help="pytest-xdist workers (default: one per GPU on a GPU box, else one per core)")
+    run.add_argument("--gpus", type=cli.positive_int, default=None, metavar="N",
+                     help="spread the cells over the first N GPUs of this host, one worker per GPU "
+                          "(k per GPU: add -n N*k); one merged report")
     run.add_argument("--shard", type=cli.shard, default="1/1", help="i/n: run one shard of the cells")
     run.add_argument("--section", choices=("cpu", "gpu"), default="gpu" if platform.HAS_GPU else "cpu")
     run.add_argument("--no-readme", action="store_true", help="leave README.md untouched")
@@ -70,7 +74,15 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.gpus:
+        try:
+            gpus = gpu_slots.choose_gpus(args.gpus, platform.visible_gpus() if platform.HAS_GPU else [])
+        except gpu_slots.GpuChoiceError as error:
+            parser.error(str(error))
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)  # pytest's workers split these among them
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+from harness.backends import BACKENDS
 from harness.cases import Case
-from harness.runners import GRAPH_RUNNER_NAMES
+from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,18 @@ class Cell:
                     mode=self.case.mode, variant=self.variant, runner=self.runner,
                     padding=self.padding, capture_bs=self.capture_bs)
 
+
+def skip_reason(cell: Cell) -> str | None:
+    """Why this machine cannot run the cell, known from data alone, or None.
+
+    The runner form's rules (graph support, which machine a form needs) and the backend entry's
+    (platform, installed kernels, dtypes, draft window, declared limits) need nothing built, so
+    collection attaches the reason as a skip mark and such a cell costs nothing when the run
+    reaches it. What only a built backend can answer (sglang's host-mirror decision) stays in
+    run_cell.
+    """
+    entry = BACKENDS[cell.backend]
+    return RUNNER_FORMS[cell.runner].skip_reason(entry) or entry.skip_reason(cell.case.mode, cell.case.spec)
 
 
 def _graph_cells(case: Case, backend: str, runner: str) -> list[Cell]:

@@ -42,18 +42,6 @@ def gpu_count() -> int:
     return max(len(visible_gpus()), 1)
 
 
-def pin_worker_gpu(worker: str | None) -> None:
-    """One GPU per pytest-xdist worker: gw<i> sees GPU i mod count.
-
-    Must run before torch initialises CUDA in the worker (pytest_configure does).
-    """
-    if not HAS_GPU or not worker or not worker.startswith("gw"):
-        return
-    gpus = visible_gpus()
-    if gpus:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[int(worker[2:]) % len(gpus)]
-
-
 def installed_version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)

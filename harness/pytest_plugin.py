@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, platform, releases
+from harness import cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
-from harness.cell_matrix import expand_cells, in_shard
+from harness.cell_matrix import expand_cells, in_shard, skip_reason
 from harness.crash_attribution import CONFIRM_DEFAULT, attribution_summary, confirm_crashes
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
 from harness.lone_run import LONE_TIMEOUT_S, cell_defining_args, rerun_command
@@ -74,7 +74,7 @@ def _check_counts(config) -> None:
 
 def pytest_configure(config):
     run_id()  # set before xdist spawns workers, so all share one run folder
-    platform.pin_worker_gpu(os.environ.get("PYTEST_XDIST_WORKER"))
+    gpu_slots.pin_worker(run_dir() / gpu_slots.SLOTS_DIR)  # before anything initialises CUDA
     if config.getoption("--replay"):
         try:
             inject(config.getoption("--replay"))
@@ -117,6 +117,9 @@ def pytest_collection_modifyitems(config, items):
         cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
         if cell is None:
             continue
+        reason = skip_reason(cell)
+        if reason:  # known from data: decided here, so the cell never reaches its test body
+            item.add_marker(pytest.mark.skip(reason=reason))
         entry = match(config._attn_known, cell.record_keys())
         if entry is not None:
             item.user_properties.append(("known_failure", entry.id))

@@ -24,7 +24,7 @@ from harness.backends import BACKENDS
 from harness.runners import RUNNER_FORMS
 from harness.pools import build_state
 from harness.cases import CaseSpec
-from harness.cell_matrix import Cell
+from harness.cell_matrix import Cell, skip_reason
 from harness.compare import Comparison, compare
 from harness.forward_inputs import draw_inputs
 from harness.kv_layout import build_layout
@@ -55,11 +55,6 @@ class CellResult:
     def describe(self) -> str:
         bad = [f"{name}: {c.describe()}" for name, c in self.comparisons.items() if not c.ok]
         return "; ".join(bad) or self.worst.describe()
-
-
-def skip_reason(cell: Cell) -> str | None:
-    entry = BACKENDS[cell.backend]
-    return RUNNER_FORMS[cell.runner].skip_reason(entry) or entry.skip_reason(cell.case.mode, cell.case.spec)
 
 
 def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:

@@ -1,7 +1,7 @@
 """`python -m harness.reporting <subcommand>`: one subcommand per report.
 
 Exit status: 0 success; 1 the check failed (readme-matrix --check drift, digest with new
-failures, crashes or cells not run); 2 unusable input (the message names the file and what to fix).
+failures, crashes or cells not run, same-outcomes with a cell whose outcome differs); 2 unusable input (the message names the file and what to fix).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from harness.reporting.cell_schema import ReportingError, load_results
 from harness.reporting.digest import compare, render_digest
 from harness.reporting.junit import write_junit
 from harness.reporting.merge import merge_runs, write_results
+from harness.reporting.outcomes import report as outcomes_report
 from harness.reporting.readme_matrix import SECTIONS, readme_diff, render_block, replace_block
 from harness.reporting.summary import render_summary
 from harness.reporting.totals import totals_line
@@ -85,6 +86,17 @@ def cmd_digest(args: argparse.Namespace) -> int:
     return 1 if digest.alarming else 0
 
 
+def cmd_same_outcomes(args: argparse.Namespace) -> int:
+    identical, text = outcomes_report(args.before, args.after)
+    print(text, end="")
+    return 0 if identical else 1
+
+
+def results_or_run(text: str) -> Path:
+    """A results.json or a run folder (reports/cells/<run>/)."""
+    return cli.input_folder(text) if Path(text).is_dir() else cli.input_file(text)
+
+
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -129,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     digest.add_argument("--yesterday", type=cli.input_file, required=True)
     digest.add_argument("--out", type=cli.output_file, default=f"{REPORTS}/DIGEST.md")
     digest.set_defaults(func=cmd_digest)
+
+    same = sub.add_parser("same-outcomes", help="exit 1 unless two runs give every cell the same (status, reason)")
+    same.add_argument("before", type=results_or_run, help="results.json or a reports/cells/<run> folder")
+    same.add_argument("after", type=results_or_run, help="results.json or a reports/cells/<run> folder")
+    same.set_defaults(func=cmd_same_outcomes)
     return parser
 
 
