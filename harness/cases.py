@@ -90,7 +90,10 @@ class CaseSpec(BaseModel):
         description="CUDA-graph capture batch sizes; empty means 1x, 2x and 4x bs",
     )
     backends: list[BackendName] = list(BACKENDS)
-    context_len: int = Field(default=0, description="model context length; 0 = derived")
+    context_len: int = Field(
+        default=0, description="the model's context length: backends size their buffers from it, and each "
+        "req_to_token row gets sglang's speculative headroom on top; a prefix is at most context_len - 1 "
+        "(sglang's max_req_len); 0 = 4096, doubled until the longest prefix fits (never just fits the case)")
     draft_window: int = Field(
         default=0,
         description="draft decode only: --speculative-draft-window-size (0 = off); the draft attends "
