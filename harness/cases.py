@@ -393,6 +393,18 @@ def _read_document(path: Path, where: str) -> _CaseFile:
     return parsed
 
 
+def spec_problem(mode_name: str, spec: CaseSpec) -> tuple[str, str] | None:
+    """(field, what is wrong) when a valid spec is no case of its mode or no machine can serve it.
+
+    The rules beyond the schema, shared by the loader and the generated tier's strategy.
+    """
+    mode = MODES[mode_name]
+    problem = mode.validate(spec) or (
+        None if mode.takes_draft_window or not (spec.draft_window or spec.draft_sink) else
+        f"draft_window: only draft_decode takes draft_window / draft_sink, not {mode_name}")
+    return tuple(problem.partition(": ")[::2]) if problem else case_limits.case_problem(mode, spec)
+
+
 def load_case_file(path: Path) -> list[Case]:
     where = str(path)
     parsed = _read_document(path, where)
@@ -418,11 +430,7 @@ def load_case_file(path: Path) -> list[Case]:
                 spec = CaseSpec.model_validate(fields)
             except ValidationError as exc:
                 raise CaseFileError(_validation_line(where, case, exc, inherited)) from None
-            mode = MODES[parsed.mode]
-            problem = mode.validate(spec) or (
-                None if mode.takes_draft_window or not (spec.draft_window or spec.draft_sink) else
-                f"draft_window: only draft_decode takes draft_window / draft_sink, not {parsed.mode}")
-            found = tuple(problem.partition(": ")[::2]) if problem else case_limits.case_problem(mode, spec)
+            found = spec_problem(parsed.mode, spec)
             if found:
                 raise CaseFileError(_line(where, case, *found))
             if name in made_by:
