@@ -139,7 +139,7 @@ def largest_cell_sizes(mode, spec: "CaseSpec") -> CellSizes:
     """The sizes of the case's largest cell: its largest capture size, padded with small_real rows."""
     import torch
 
-    from harness.pools import context_len_for
+    from harness.pools import model_context_len
 
     rows = mode.row_lens(spec)
     graph = any(runner in GRAPH_RUNNER_NAMES for runner in spec.runners)
@@ -147,7 +147,7 @@ def largest_cell_sizes(mode, spec: "CaseSpec") -> CellSizes:
     return CellSizes(
         spec=spec, row_tokens=sum(-(-row // page) * page for row in rows),
         graph_bs=max(spec.capture_sizes) if graph else 0, tokens_per_request=mode.tokens_per_request(spec),
-        context_len=context_len_for(spec, rows),
+        context_len=model_context_len(spec),
         graph_steps=spec.num_steps if mode.backend_role == "draft_multi_step" else 1,
         dtype_bytes=torch.finfo(getattr(torch, spec.dtype)).bits // 8,
     )
@@ -162,11 +162,14 @@ def case_problem(mode, spec: "CaseSpec") -> tuple[str, str] | None:
 
     Runs after the mode accepted the case, so row lengths are the mode's own.
     """
-    longest = max(mode.row_lens(spec))
-    if spec.context_len and spec.context_len < longest:
-        return "context_len", (f"{spec.context_len} is shorter than the longest request row, "
-                               f"{longest} tokens (its prefix plus the tokens {mode.name} adds); "
-                               f"give at least {longest}, or leave context_len out to derive it")
+    from harness.pools import max_request_len
+
+    longest = max(spec.prefix_lens)
+    if spec.context_len and max_request_len(spec.context_len) < longest:
+        return "context_len", (f"{spec.context_len} leaves a committed prefix at most "
+                               f"{max_request_len(spec.context_len)} tokens (sglang's max_req_len, context_len - 1), "
+                               f"but the longest prefix is {longest}; give at least {longest + 1}, "
+                               "or leave context_len out for a model of at least 4096")
     sizes = largest_cell_sizes(mode, spec)
     needs = sorted(((buffer.size(sizes), buffer) for buffer in BUFFERS), key=lambda pair: -pair[0])
     total = sum(size for size, _ in needs)

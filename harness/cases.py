@@ -90,7 +90,10 @@ class CaseSpec(BaseModel):
         description="CUDA-graph capture batch sizes; empty means 1x, 2x and 4x bs",
     )
     backends: list[BackendName] = list(BACKENDS)
-    context_len: int = Field(default=0, description="model context length; 0 = derived")
+    context_len: int = Field(
+        default=0, description="the model's context length: backends size their buffers from it, and each "
+        "req_to_token row gets sglang's speculative headroom on top; a prefix is at most context_len - 1 "
+        "(sglang's max_req_len); 0 = 4096, doubled until the longest prefix fits (never just fits the case)")
     draft_window: int = Field(
         default=0,
         description="draft decode only: --speculative-draft-window-size (0 = off); the draft attends "
@@ -390,6 +393,18 @@ def _read_document(path: Path, where: str) -> _CaseFile:
     return parsed
 
 
+def spec_problem(mode_name: str, spec: CaseSpec) -> tuple[str, str] | None:
+    """(field, what is wrong) when a valid spec is no case of its mode or no machine can serve it.
+
+    The rules beyond the schema, shared by the loader and the generated tier's strategy.
+    """
+    mode = MODES[mode_name]
+    problem = mode.validate(spec) or (
+        None if mode.takes_draft_window or not (spec.draft_window or spec.draft_sink) else
+        f"draft_window: only draft_decode takes draft_window / draft_sink, not {mode_name}")
+    return tuple(problem.partition(": ")[::2]) if problem else case_limits.case_problem(mode, spec)
+
+
 def load_case_file(path: Path) -> list[Case]:
     where = str(path)
     parsed = _read_document(path, where)
@@ -415,11 +430,7 @@ def load_case_file(path: Path) -> list[Case]:
                 spec = CaseSpec.model_validate(fields)
             except ValidationError as exc:
                 raise CaseFileError(_validation_line(where, case, exc, inherited)) from None
-            mode = MODES[parsed.mode]
-            problem = mode.validate(spec) or (
-                None if mode.takes_draft_window or not (spec.draft_window or spec.draft_sink) else
-                f"draft_window: only draft_decode takes draft_window / draft_sink, not {parsed.mode}")
-            found = tuple(problem.partition(": ")[::2]) if problem else case_limits.case_problem(mode, spec)
+            found = spec_problem(parsed.mode, spec)
             if found:
                 raise CaseFileError(_line(where, case, *found))
             if name in made_by:

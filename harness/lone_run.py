@@ -33,7 +33,10 @@ def _repo_path(value: str) -> str:
 
 # Options of the first run that change what a cell is, so a rerun must repeat them:
 # option -> (its default, how to write a value for a command run from the repository root).
-CELL_DEFINING_OPTIONS = {"--cases-dir": (_repo_path(str(CASES_DIR)), _repo_path), "--replay": (None, str)}
+CELL_DEFINING_OPTIONS = {"--cases-dir": (_repo_path(str(CASES_DIR)), _repo_path), "--replay": (None, str),
+                         # a generated cell exists only when drawn again (harness/generated_plugin.py)
+                         "--generated": ("0", str), "--generated-seed": ("0", str),
+                         "--generated-profile": (None, str)}
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,54 @@ import torch
 
 from harness.cases import CaseSpec
 from harness.kv_layout import KvLayout
+from harness.releases import since
 
-CONTEXT_ALIGN = 64
+# A case that states no context_len runs on a model of at least this context (Llama-2 class):
+# production sizes buffers from the model, not from the requests in flight, so short requests
+# meet wide buffers as they do there.
+DEFAULT_MODEL_CONTEXT_LEN = 4096
 
 
-def context_len_for(spec: CaseSpec, row_lens: list[int]) -> int:
-    needed = max(row_lens) + 1
-    return spec.context_len or -(-needed // CONTEXT_ALIGN) * CONTEXT_ALIGN
+def max_request_len(context_len: int) -> int:
+    """The longest committed prefix a request reaches: sglang's max_req_len (tp_worker: context_len - 1)."""
+    return context_len - 1
+
+
+def model_context_len(spec: CaseSpec) -> int:
+    """The model's context length: the case's, or the default doubled until the longest prefix fits.
+
+    Never derived to just fit the case: backends size their buffers from it as they do in production.
+    """
+    context_len = spec.context_len or DEFAULT_MODEL_CONTEXT_LEN
+    while not spec.context_len and max_request_len(context_len) < max(spec.prefix_lens):
+        context_len *= 2
+    return context_len
+
+
+def _headroom_from_server_args(server_args) -> int:
+    from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len
+
+    return get_req_to_token_extra_context_len(server_args)
+
+
+def _headroom_from_context(server_args) -> int:
+    """0.5.18+: sglang reads the speculative settings from its runtime context."""
+    from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len
+
+    return get_req_to_token_extra_context_len()
+
+
+# kv_cache_configurator._build_req_to_token_pool asks this for each req_to_token row's headroom
+# over the model's context length (the formula is the same for EAGLE in 0.5.17-0.5.23; its call changed).
+_REQ_TO_TOKEN_HEADROOM = since({"0.5.17": _headroom_from_server_args, "0.5.18": _headroom_from_context})
+
+
+def req_to_token_width(spec: CaseSpec, server_args) -> int:
+    """Columns of a req_to_token row, as sglang's model runner sizes the pool: context + its headroom.
+
+    Asked from sglang inside its server-args state (harness/sglang_env.py sglang_state), never mirrored.
+    """
+    return model_context_len(spec) + _REQ_TO_TOKEN_HEADROOM.value(server_args)
 
 
 @dataclass
@@ -53,13 +94,14 @@ class BatchState:
             self.row_v[request][position] = v[row].cpu()
 
 
-def build_state(spec: CaseSpec, layout: KvLayout, row_lens: list[int], device: str) -> BatchState:
+def build_state(spec: CaseSpec, layout: KvLayout, row_lens: list[int], device: str, server_args) -> BatchState:
+    """Called inside sglang_state: the req_to_token width is sglang's answer for these server args."""
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
     gen = torch.Generator().manual_seed(spec.seed)
     dtype = getattr(torch, spec.dtype)
-    context_len = context_len_for(spec, row_lens)
-    req_to_token = ReqToTokenPool(size=layout.pool_rows - 1, max_context_len=context_len,
+    context_len = model_context_len(spec)
+    req_to_token = ReqToTokenPool(size=layout.pool_rows - 1, max_context_len=req_to_token_width(spec, server_args),
                                   device=device, enable_memory_saver=False)
     kv = MHATokenToKVPool(size=layout.pool_slots, page_size=spec.page_size, dtype=dtype,
                           head_num=spec.num_kv_heads, head_dim=spec.head_dim, layer_num=1,

@@ -308,6 +308,7 @@ def pytest_sessionfinish(session):
         "shard": "/".join(map(str, config._attn_shard)),
         "workers": getattr(config.option, "numprocesses", None) or 0,
         "replay": config.getoption("--replay"),
+        "generated": getattr(config, "_attn_generated", None),  # harness/generated_plugin.py
         "wall_s": round(time.time() - config._attn_started, 2),
         "collected": len(records), "not_run": not_run, "worker_crashes": ledger.worker_deaths,
         "notes": run_notes,

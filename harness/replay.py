@@ -4,6 +4,10 @@ For each replayed bug, run the part of the matrix that should catch it with the
 bug injected, and report which cells killed it and with what message. A bug no
 cell kills has survived, and the command fails. A clean run of the same cells
 (no bug) must pass, so a kill means the bug, not a broken harness.
+
+With --generated N the hand-made cases are switched off and every bug meets
+the same N generated cells (seed --seed), none chosen for it: the table says
+what the generated tier kills alone, and with what budget.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import cli, platform
@@ -22,11 +27,22 @@ from harness.seed_bugs import SEED_BUGS
 KILLING = ("failed", "crashed")
 
 
-def _run(bug_id: str | None, selector: str, workers: str) -> list[dict]:
+@dataclass(frozen=True)
+class Tier:
+    """The cells a replay runs: the hand-made matrix part a bug names, or the generated tier alone."""
+
+    pytest_args: tuple[str, ...] = ()
+    budget: dict | None = None  # the generated tier's N and seed; None for the hand-made cases
+
+    def selector(self, bug) -> str | None:
+        return None if self.budget else bug.cells
+
+
+def _run(bug_id: str | None, selector: str | None, workers: str, tier: Tier) -> list[dict]:
     """Run the selected cells (optionally with a bug injected); return their result lines."""
     run = f"replay-{bug_id or 'clean'}-{int(time.time())}"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers,
-               "harness/test_cases.py", "-k", selector]
+               "harness/test_cases.py", *(["-k", selector] if selector else []), *tier.pytest_args]
     if bug_id:
         command += ["--replay", bug_id]
     done = subprocess.run(command, env={**os.environ, RUN_ID_ENV: run}, cwd=Path(__file__).parent.parent,
@@ -50,11 +66,22 @@ def _contract_results(bug_id: str | None, selector: str) -> list[dict]:
              "reason": line.partition(" - ")[2][:300]} for line in failed]
 
 
-def replay(bug_id: str, workers: str) -> dict:
+def _cells_and_contract(bug_id: str | None, selector: str | None, workers: str, tier: Tier) -> list[dict]:
+    contract = _contract_results(bug_id, selector) if selector else []  # hand-made tests only
+    return _run(bug_id, selector, workers, tier) + contract
+
+
+def replay(bug_id: str, workers: str, tier: Tier = Tier(), clean_runs: dict | None = None) -> dict:
+    """One bug's row; ``clean_runs`` keeps clean runs by selector for bugs that share their cells."""
     bug = SEED_BUGS[bug_id]
     started = time.time()
-    injected = _run(bug_id, bug.cells, workers) + _contract_results(bug_id, bug.cells)
-    clean = _run(None, bug.cells, workers) + _contract_results(None, bug.cells)
+    selector = tier.selector(bug)
+    injected = _cells_and_contract(bug_id, selector, workers, tier)
+    wall = time.time() - started
+    clean_runs = {} if clean_runs is None else clean_runs
+    if selector not in clean_runs:
+        clean_runs[selector] = _cells_and_contract(None, selector, workers, tier)
+    clean = clean_runs[selector]
     executed = [r for r in injected if r["status"] != "skipped"]
     kills = [{"cell": r["cell_id"], "status": r["status"], "message": r.get("reason")}
              for r in executed if r["status"] in KILLING]
@@ -62,16 +89,25 @@ def replay(bug_id: str, workers: str) -> dict:
     verdict = "killed" if kills and not false_kills else "survived" if not false_kills else "harness broken"
     return {"bug": bug_id, "upstream": bug.upstream, "summary": bug.summary, "verdict": verdict,
             "kills": kills, "executed": len(executed), "false_kills": false_kills,
-            "device": platform.device_description()["device"], "wall_s": round(time.time() - started, 1)}
+            "device": platform.device_description()["device"], "budget": tier.budget,
+            "wall_s": round(wall, 1)}
+
+
+def _budget(row: dict) -> str:
+    budget = row.get("budget")
+    return f"{budget['generated']} generated, seed {budget['seed']}, {row.get('wall_s', '?')} s" if budget else ""
 
 
 def kill_table(rows: list[dict]) -> str:
-    lines = ["| bug | upstream | verdict | killed by (cells) | first message | device |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    generated = any(row.get("budget") for row in rows)
+    lines = ["| bug | upstream | verdict | killed by (cells) | first message | device |"
+             + (" budget (cells, seed, wall) |" if generated else ""),
+             "| --- | --- | --- | --- | --- | --- |" + (" --- |" if generated else "")]
     for row in rows:
         first = (row["kills"][0]["message"] or "").replace("|", "\\|")[:160] if row["kills"] else row.get("why", "")
         lines.append(f"| {row['bug']} | {row['upstream']} | **{row['verdict']}** | "
-                     f"{len(row['kills'])}/{row['executed']} | {first} | {row.get('device', '')} |")
+                     f"{len(row['kills'])}/{row['executed']} | {first} | {row.get('device', '')} |"
+                     + (f" {_budget(row)} |" if generated else ""))
     return "\n".join(lines)
 
 
@@ -81,12 +117,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--workers", type=cli.workers, default="auto")
     parser.add_argument("--out", type=cli.output_folder,
                         default=str(REPORTS_DIR / ("gpu" if platform.HAS_GPU else "cpu")))
+    parser.add_argument("--generated", type=int, default=0, metavar="N",
+                        help="replay against N generated cells alone (hand-made cases off)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated cells")
     args = parser.parse_args(argv)
-    rows = [replay(bug_id, args.workers) for bug_id in (args.bug or SEED_BUGS)]
+    tier = (Tier(("--generated", str(args.generated), "--generated-seed", str(args.seed), "--generated-only",
+                  "--shrink-max", "0"), {"generated": args.generated, "seed": args.seed})
+            if args.generated else Tier())
+    clean_runs: dict = {}
+    rows = [replay(bug_id, args.workers, tier, clean_runs) for bug_id in (args.bug or SEED_BUGS)]
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    (out / "kill_table.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out / "KILL_TABLE.md").write_text(kill_table(rows) + "\n")
+    name = "generated_kill_table" if args.generated else "kill_table"
+    (out / f"{name}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / f"{name.upper()}.md").write_text(kill_table(rows) + "\n")
     print(kill_table(rows))
     survivors = [row["bug"] for row in rows if row["verdict"] not in ("killed", "not run")]
     if survivors:

@@ -141,7 +141,7 @@ def built_backend(spec: CaseSpec, mode, entry, extra_rows: int) -> Iterator[tupl
     layout = build_layout(spec.kv_layout, row_lens, spec.page_size, spec.seed, extra_rows=extra_rows)
     fields = server_fields(spec, entry.server_arg, mode.speculative_args(spec))
     with sglang_state(fields) as server_args:
-        state = build_state(spec, layout, row_lens, platform.DEVICE)
+        state = build_state(spec, layout, row_lens, platform.DEVICE, server_args)
         runner_obj = model_runner(spec, state.pools, server_args, platform.DEVICE,
                                   is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
         yield state, server_args, entry.build(mode.backend_role, runner_obj, spec)

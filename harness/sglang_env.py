@@ -9,6 +9,7 @@ only what backends read, listed in one place.
 from __future__ import annotations
 
 import contextlib
+import functools
 from types import SimpleNamespace
 from typing import Iterator
 
@@ -183,3 +184,30 @@ def scheduler_keeps_host_mirrors(server_args, backend_slots: list) -> bool:
     this says the scheduler drops the mirrors for the backends in play.
     """
     return _NEEDS_CPU_SEQ_LENS.value(server_args, backend_slots)
+
+
+def _capture_sizes_on_server_args(fields, max_bs: int) -> list[int]:
+    from sglang.srt.server_args import ServerArgs
+
+    return ServerArgs._generate_decode_cuda_graph_batch_sizes(fields, max_bs)
+
+
+def _capture_sizes_from_hook(fields, max_bs: int) -> list[int]:
+    """0.5.19+: the capture sizes moved to arg_groups/cuda_graph_hook.py."""
+    from sglang.srt.arg_groups.cuda_graph_hook import generate_decode_cuda_graph_batch_sizes
+
+    return generate_decode_cuda_graph_batch_sizes(fields, max_bs)
+
+
+_DECODE_CAPTURE_SIZES = since({"0.5.17": _capture_sizes_on_server_args, "0.5.19": _capture_sizes_from_hook})
+
+
+@functools.lru_cache(maxsize=None)
+def decode_capture_sizes(max_bs: int) -> list[int]:
+    """The decode CUDA-graph batch sizes sglang captures under speculative decoding, up to ``max_bs``.
+
+    Asked from sglang (padding on, an EAGLE deployment): a batch is padded to the smallest size
+    >= its bs, and a batch above the largest runs eagerly.
+    """
+    fields = SimpleNamespace(disable_cuda_graph_padding=False, speculative_algorithm="EAGLE")
+    return _DECODE_CAPTURE_SIZES.value(fields, max_bs)

@@ -79,8 +79,8 @@ EXPECTED_ERRORS = {
     "capture_bs_too_large.yaml": ["field 'capture_bs'", "item 2: 4,096 is over 512", GRAPH_BS],
     "capture_bs_below_bs.yaml": ["field 'capture_bs'", "must each be >= bs 3"],
     "default_capture_too_large.yaml": ["field 'capture_bs'", "left out, it is bs, 2 x bs, 4 x bs = [200, 400, 800]"],
-    "context_shorter_than_row.yaml": ["field 'context_len'", "16 is shorter than the longest request row, 41"],
-    "memory_over_budget.yaml": ["field 'prefix_lens'", "needs about 123.2 GiB", "KV pool", "may take 4.0 GiB"],
+    "context_shorter_than_row.yaml": ["field 'context_len'", "16 leaves a committed prefix at most 15 tokens"],
+    "memory_over_budget.yaml": ["field 'prefix_lens'", "needs about 123.6 GiB", "KV pool", "may take 4.0 GiB"],
     "graph_buffers_over_budget.yaml": ["field 'capture_bs'", "CUDA-graph kv_indices", "make capture_bs smaller"],
     "prefix_len_mismatch.yaml": ["case 'short-prefix'", "field 'prefix_lens'", "has 2 entries but bs is 3"],
     # duplicates

@@ -1,0 +1,176 @@
+"""A hypothesis strategy over the case schema: cases the hand-picked ones never reach.
+
+Each draw is one cell's worth of case: a mode, a model shape, a batch and the one (backend,
+runner form, capture size, padding) it runs with. Lengths are drawn from the values backends
+size buffers and bounds from: the model's context wall (sglang's max_req_len), page
+boundaries, sglang's capture sizes and their neighbours, 0- and 1-token prefixes, one request
+and many. Validity is the schema's own: a draw goes through CaseSpec, the loader's mode and
+size rules (cases.spec_problem) and the backend entry's skip rules, and is redrawn if any says
+no or if it costs more than the profile's caps. The names drawn come from the registries
+(MODES, the machine's BACKENDS x RUNNER_FORMS) and the schema's vocabularies. The smallest or
+default value of every choice comes first, so hypothesis shrinks toward it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import get_args
+
+from hypothesis import reject
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from harness.backends import BACKENDS
+from harness.cases import CaseSpec, HostMirrors, KvLayout, PadStyle, spec_problem
+from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, cell_cost, machine_runs
+from harness.modes import MODES
+from harness.pools import max_request_len
+from harness.runners import RUNNER_FORMS
+from harness.sglang_env import decode_capture_sizes
+
+KV_LAYOUTS, HOST_MIRRORS, PAD_STYLES = get_args(KvLayout), get_args(HostMirrors), get_args(PadStyle)
+PREFIX_SCALES = (3, 64, 512, 4096)
+DRAFT_WINDOWS, DRAFT_SINKS = (0, 1, 16, 64), (0, 1, 4)
+SHAPE_ATTEMPTS, SIZE_ATTEMPTS = 4, 4  # bounded: hypothesis caps the choices of one draw
+
+
+@dataclass(frozen=True)
+class DrawnCase:
+    """A case drawn for one cell: its mode and its fields (backends, runners, capture_bs pinned)."""
+
+    mode: str
+    fields: dict
+
+    @property
+    def key(self) -> tuple:
+        return (self.mode, tuple(sorted((k, repr(v)) for k, v in self.fields.items())))
+
+
+def _neighbours(values) -> list[int]:
+    return sorted({n for v in values for n in (v - 1, v, v + 1) if n >= 1})
+
+
+@functools.lru_cache(maxsize=None)  # hypothesis validates each new strategy: build once
+def _batch_size(profile: DrawProfile) -> st.SearchStrategy[int]:
+    """One request; sglang's capture sizes, their neighbours and the sizes above the largest
+    (where sglang runs eagerly); anything up to the cap."""
+    sizes = decode_capture_sizes(DEFAULT_DECODE_MAX_BS)
+    limit = profile.max_bs.limit
+    edges = [n for n in sorted({*_neighbours(sizes), *range(sizes[-1] + 1, limit + 1)}) if n <= limit]
+    return st.one_of(st.just(1), st.sampled_from(edges), st.integers(1, limit))
+
+
+@functools.lru_cache(maxsize=None)
+def _prefix_limit(context_len: int) -> st.SearchStrategy[int]:
+    """A case's longest prefix: tiny, short, medium, long, or the context wall (max_req_len).
+
+    Drawn per case so that many requests can come with short prefixes (a large decode batch)
+    and a few with long ones, within the caps.
+    """
+    wall = max_request_len(context_len)
+    return st.sampled_from([scale for scale in PREFIX_SCALES if scale < wall] + [wall])
+
+
+@functools.lru_cache(maxsize=None)
+def _prefix_len(limit: int, page_size: int) -> st.SearchStrategy[int]:
+    """0/1-token prefixes, page boundaries, the limit itself (the context wall when the limit is
+    max_req_len) and just below it, anything up to it."""
+    return st.one_of(
+        st.integers(0, min(3, limit)),
+        st.builds(lambda page, step: min(max(page * page_size + step, 0), limit),
+                  st.integers(1, max(limit // page_size, 1)), st.sampled_from((-1, 0, 1))),
+        st.just(limit),
+        st.builds(lambda back: max(limit - back, 0), st.integers(1, page_size + 8)),
+        st.integers(0, limit),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _capture_bs(bs: int, profile: DrawProfile) -> st.SearchStrategy[int]:
+    """sglang's pick (the smallest capture size >= bs), the next one, bs itself, bs + 1."""
+    sizes = [c for c in profile.capture_sizes if c >= bs]
+    picks = dict.fromkeys(c for c in (*sizes[:2], bs, bs + 1) if c <= profile.max_capture_bs.limit)
+    return st.sampled_from(list(picks) or [bs])
+
+
+def why_not_runnable(mode: str, fields: dict, profile: DrawProfile) -> str | None:
+    """Why drawn fields are no case for this profile: the schema, the loader's rules, the backend, the caps."""
+    try:
+        spec = CaseSpec.model_validate(fields)
+    except ValidationError as error:
+        return str(error.errors()[0]["msg"])
+    problem = spec_problem(mode, spec)
+    if problem:
+        return ": ".join(problem)
+    graph = RUNNER_FORMS[spec.runners[0]].graph
+    if graph and spec.bs > decode_capture_sizes(DEFAULT_DECODE_MAX_BS)[-1]:
+        return "above the largest capture size sglang runs the batch eagerly"
+    return (BACKENDS[spec.backends[0]].skip_reason(mode, spec)
+            or cell_cost(MODES[mode], spec, graph).over(profile))
+
+
+@st.composite
+def _shape(draw, mode: str, profile: DrawProfile) -> dict:
+    """The case's kind: how it runs, the speculative shape, paging, the mirrors, the layout."""
+    backend, runner = draw(st.sampled_from(machine_runs()))
+    shape = dict(
+        name="gen", backends=[backend], runners=[runner],
+        topk=draw(st.one_of(st.just(1), st.integers(1, profile.max_topk))),
+        num_steps=draw(st.integers(1, profile.max_steps)),
+        page_size=draw(st.sampled_from(profile.page_sizes)), dtype=draw(st.sampled_from(profile.dtypes)),
+        host_mirrors=draw(st.sampled_from(HOST_MIRRORS)), kv_layout=draw(st.sampled_from(KV_LAYOUTS)),
+        seed=draw(st.integers(0, 9999)),
+    )
+    if MODES[mode].takes_draft_window:
+        window = draw(st.sampled_from(DRAFT_WINDOWS))
+        shape.update(draft_window=window, draft_sink=draw(st.sampled_from(DRAFT_SINKS)) if window else 0)
+    return shape
+
+
+@functools.lru_cache(maxsize=None)
+def _sizes(windowed: bool, graph: bool, page_size: int, num_steps: int, profile: DrawProfile) -> st.SearchStrategy:
+    """The case's sizes: model dimensions, context, batch, prefixes, window, capture size."""
+
+    @st.composite
+    def sizes(draw) -> dict:
+        kv_heads = draw(st.sampled_from(profile.kv_heads))
+        context_len = draw(st.sampled_from(profile.context_lens))
+        bs = draw(_batch_size(profile))
+        drawn = dict(
+            num_kv_heads=kv_heads, num_heads=kv_heads * draw(st.sampled_from(profile.gqa_ratios)),
+            head_dim=draw(st.sampled_from(profile.head_dims)), context_len=context_len, bs=bs,
+            prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(context_len)), page_size),
+                                      min_size=bs, max_size=bs)),
+        )
+        if windowed:  # a fixed window per request: the chain's num_steps + 1, or any tree's
+            drawn["input_lens"] = draw(st.one_of(st.just(num_steps + 1), st.integers(2, profile.max_window.limit)))
+        if graph:
+            capture = draw(_capture_bs(bs, profile))
+            drawn["capture_bs"] = [capture]
+            if capture > bs:
+                drawn["pad_styles"] = [draw(st.sampled_from(PAD_STYLES))]
+        return drawn
+
+    return sizes()
+
+
+@st.composite
+def drawn_cases(draw, profile: DrawProfile) -> DrawnCase:
+    """The mode, then a shape, then sizes; sizes are redrawn before the shape, the shape before the mode.
+
+    The caps bind on sizes, so redrawing sizes first keeps expensive kinds of case (graph
+    forms, wide trees, many steps) as often drawn as cheap ones, only smaller; redrawing
+    within the mode keeps the modes evenly drawn. Hypothesis's shrinker drops the rejected attempts.
+    """
+    mode = draw(st.sampled_from(tuple(MODES)))
+    windowed = MODES[mode].backend_role != "draft_multi_step"  # draft decode's queries are topk per step
+    for _ in range(SHAPE_ATTEMPTS):
+        shape = draw(_shape(mode, profile))
+        sizes = _sizes(windowed, RUNNER_FORMS[shape["runners"][0]].graph, shape["page_size"],
+                       shape["num_steps"], profile)
+        for _ in range(SIZE_ATTEMPTS):
+            fields = {**shape, **draw(sizes)}
+            if why_not_runnable(mode, fields, profile) is None:
+                return DrawnCase(mode, fields)
+    reject()

@@ -1,0 +1,56 @@
+"""Runs drawn cases sent as JSON lines, one outcome line each: the shrinker's executor.
+
+A separate process, so a candidate that kills its process (a segfault in
+Triton's interpreter, a sticky CUDA error) ends this worker, not the
+shrinker, which starts a new one and records the candidate as crashed.
+Usage: python -m harness.cell_worker [--replay BUG] < requests
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import harness  # noqa: F401  (Triton's interpreter switch before torch loads)
+from harness.case_strategy import DrawnCase
+from harness.run_cell import CellSkipped, run_cell
+from harness.cell_matrix import expand_cells
+from harness.failure_class import exception_class, mismatch_class
+from harness.generated import as_case
+from harness.seed_bugs import inject
+
+OUTCOME_MARK = "@@outcome "  # sglang logs to stdout too; outcome lines carry this mark
+
+
+def outcome(drawn: DrawnCase) -> dict:
+    """{status: passed|failed|skipped, failure: its class or None, message}."""
+    (cell,) = expand_cells([as_case(drawn, "candidate", "shrink candidate")])
+    try:
+        result = run_cell(cell)
+    except CellSkipped as reason:
+        return dict(status="skipped", failure=None, message=str(reason))
+    except Exception as error:  # noqa: BLE001 - any exception is a failure to classify
+        return dict(status="failed", failure=exception_class(error),
+                    message=f"{type(error).__name__}: {error}"[:500])
+    if result.ok:
+        return dict(status="passed", failure=None, message="")
+    return dict(status="failed", failure=mismatch_class(result), message=result.describe()[:500])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replay", default=None, help="inject this seed bug first")
+    args = parser.parse_args(argv)
+    if args.replay:
+        inject(args.replay)
+    for line in sys.stdin:
+        request = json.loads(line)
+        answer = outcome(DrawnCase(request["mode"], request["fields"]))
+        sys.stdout.write(OUTCOME_MARK + json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

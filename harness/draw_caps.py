@@ -1,0 +1,141 @@
+"""What a generated cell may be on each kind of machine, and what it may cost.
+
+A draw profile is data: the value ranges drawn and caps on what one cell may cost, each cap
+with the reason for its value. Which (backend, runner form) pairs a draw may use is not listed
+here: it is what BACKENDS and RUNNER_FORMS say runs on this machine. Memory is counted by the
+case loader's own estimate (harness/case_limits.py BUFFERS); the work caps bound what the
+float64 reference and Triton's CPU interpreter do, so a draw never exhausts the GPU or the
+2-core CI machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from harness import platform
+from harness.backends import BACKENDS
+from harness.case_limits import BUFFERS, largest_cell_sizes
+from harness.cases import CaseSpec
+from harness.runners import RUNNER_FORMS
+from harness.sglang_env import decode_capture_sizes
+
+KV_TILE = 64  # tokens of KV (and of extend queries) one kernel program iteration covers
+# sglang's decode max_bs on 80-160 GB GPUs (H100, H200) with tp < 4 (server_args
+# _handle_gpu_memory_settings): the largest default capture size there.
+DEFAULT_DECODE_MAX_BS = 256
+
+
+@dataclass(frozen=True)
+class Cap:
+    limit: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class DrawProfile:
+    name: str
+    dtypes: tuple[str, ...]
+    head_dims: tuple[int, ...]
+    kv_heads: tuple[int, ...]
+    gqa_ratios: tuple[int, ...]
+    page_sizes: tuple[int, ...]
+    context_lens: tuple[int, ...]
+    max_topk: int
+    max_steps: int
+    max_window: Cap
+    max_bs: Cap
+    max_capture_bs: Cap
+    max_pool_bytes: Cap
+    max_attention_macs: Cap
+    max_reference_query_bytes: Cap
+    max_kernel_tiles: Cap
+
+    @property
+    def capture_sizes(self) -> list[int]:
+        """sglang's default capture sizes this profile can afford to pad to."""
+        return [c for c in decode_capture_sizes(DEFAULT_DECODE_MAX_BS) if c <= self.max_capture_bs.limit]
+
+
+@lru_cache(maxsize=1)
+def machine_runs() -> tuple[tuple[str, str], ...]:
+    """(backend, runner form) pairs this machine runs, per the registries; eager forms first."""
+    runs = [(name, runner) for runner, form in RUNNER_FORMS.items() for name, entry in BACKENDS.items()
+            if not (entry.needs_gpu and not platform.HAS_GPU) and form.skip_reason(entry) is None]
+    return tuple(sorted(runs, key=lambda run: RUNNER_FORMS[run[1]].graph))
+
+
+@dataclass(frozen=True)
+class CellCost:
+    pool_bytes: int  # the case loader's memory estimate of the cell
+    attention_macs: int  # multiply-adds of the attention (the reference, and the interpreter's work)
+    reference_query_bytes: int  # the reference's float64 K/V of one query, GQA-expanded
+    kernel_tiles: int  # (query tile x KV tile x head) iterations of the attention kernels, all forms
+
+    def over(self, profile: DrawProfile) -> str | None:
+        """The first cap this cost breaks, as a sentence; None when within every cap."""
+        for name, value in vars(self).items():
+            cap: Cap = getattr(profile, f"max_{name}")
+            if value > cap.limit:
+                return f"{name} {value} > {cap.limit} ({cap.reason})"
+        return None
+
+
+def cell_cost(mode, spec: CaseSpec, graph: bool) -> CellCost:
+    """Upper bounds of one cell's memory and work (a graph form also runs the batch eagerly)."""
+    row_lens = mode.row_lens(spec)
+    sizes = largest_cell_sizes(mode, spec)
+    writes = [row - prefix for row, prefix in zip(row_lens, spec.prefix_lens)]
+    macs = 2 * spec.num_heads * spec.head_dim * sum(w * row for w, row in zip(writes, row_lens))
+    # Decode kernels run one program per query; extend kernels one per tile of a request's queries.
+    decode = mode.backend_role == "draft_multi_step"
+    tiles = sum((w if decode else -(-w // KV_TILE)) * -(-row // KV_TILE) for w, row in zip(writes, row_lens))
+    return CellCost(pool_bytes=sum(buffer.size(sizes) for buffer in BUFFERS), attention_macs=macs,
+                    reference_query_bytes=16 * max(row_lens) * spec.num_heads * spec.head_dim,
+                    kernel_tiles=(2 if graph else 1) * spec.num_heads * tiles)
+
+
+GIB, MIB = 1 << 30, 1 << 20
+
+CPU = DrawProfile(
+    name="cpu",
+    dtypes=("float32",),  # bf16 is broken in Triton's CPU interpreter (triton-lang/triton#11584)
+    head_dims=(64, 128, 256),
+    kv_heads=(1, 2),
+    gqa_ratios=(1, 4, 8),
+    page_sizes=(1, 16, 64),
+    context_lens=(2048, 4096),
+    max_topk=8,
+    max_steps=7,
+    max_window=Cap(16, "the interpreter runs one program per query block: long windows cost seconds each"),
+    max_bs=Cap(12, "2 shared cores under the Triton interpreter: a cell must take seconds; 12 "
+               "covers sglang's capture sizes 1-8, 10, 12 and their neighbours"),
+    max_capture_bs=Cap(16, "padded rows run through the interpreter too"),
+    max_pool_bytes=Cap(512 * MIB, "24 GiB shared by several agents, 2 pytest workers each"),
+    max_attention_macs=Cap(400_000_000, "the float64 reference, about a second on one core"),
+    max_reference_query_bytes=Cap(64 * MIB, "the reference expands one query's K/V to float64"),
+    max_kernel_tiles=Cap(256, "the Triton interpreter takes 15-40 ms a tile on an idle core "
+                         "(4x that on a loaded one): 256 keeps a cell within about 10 s"),
+)
+
+GPU = DrawProfile(
+    name="gpu",
+    dtypes=("bfloat16", "float16", "float32"),
+    head_dims=(64, 128, 256),
+    kv_heads=(1, 2, 4, 8),
+    gqa_ratios=(1, 4, 8),
+    page_sizes=(1, 16, 64),
+    context_lens=(4096, 8192, 32768, 131072),
+    max_topk=8,
+    max_steps=7,
+    max_window=Cap(64, "verify windows of production trees (speculative_num_draft_tokens) stay below 64"),
+    max_bs=Cap(DEFAULT_DECODE_MAX_BS + 32, "above sglang's largest default capture size (256 on "
+               "H100/H200), where the runner falls back to eager"),
+    max_capture_bs=Cap(DEFAULT_DECODE_MAX_BS, "sglang's largest default capture size on H100/H200"),
+    max_pool_bytes=Cap(4 * GIB, "the case loader's per-cell budget (harness/case_limits.py)"),
+    max_attention_macs=Cap(20_000_000_000, "the float64 reference runs on the host: about 10 s on 16 cores"),
+    max_reference_query_bytes=Cap(512 * MIB, "the reference expands one query's K/V to float64"),
+    max_kernel_tiles=Cap(1 << 40, "compiled kernels: memory and the host reference bound a GPU cell"),
+)
+
+PROFILES = {profile.name: profile for profile in (CPU, GPU)}

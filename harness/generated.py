@@ -1,0 +1,138 @@
+"""The generated tier: N cases drawn from a seed, named and ready for the cell matrix.
+
+Hypothesis drives the draws (harness/case_strategy.py) in short passes, each
+seeded from the run's seed and the pass number, keeping the first N distinct
+draws. Short passes because hypothesis, a testing engine, spends the first
+tenth of a long run (up to 50 examples) on deliberately minimal examples;
+with fewer than 10 examples a pass it starts random generation right after
+the simplest one. The same seed gives the same cases, a larger N extends a
+smaller one's list, and the shrinker replays one pass to find a draw again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.internal.constants_ast import Constants
+
+from harness.case_strategy import DrawnCase, drawn_cases
+from harness.cases import Case, CaseSpec
+from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile
+from harness.sglang_env import decode_capture_sizes
+
+# Valid examples per pass: below 10, hypothesis skips its minimal-examples warm-up.
+DRAWS_PER_PASS = 9
+PASS_SEED_BITS = 20  # pass p of seed s runs hypothesis with seed (s << 20) | p
+
+PASS_SETTINGS = dict(max_examples=DRAWS_PER_PASS, database=None, deadline=None, derandomize=False,
+                     suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                     verbosity=Verbosity.quiet)
+
+
+class _Enough(Exception):
+    """Stops a generation pass once the budget is drawn."""
+
+
+@contextlib.contextmanager
+def draws_from_the_seed_alone() -> Iterator[None]:
+    """Switch off hypothesis's mixing of the caller's own literals into draws.
+
+    Hypothesis (HypothesisProvider._local_constants) draws now and then a
+    literal found in any non-test module the process has loaded. Which
+    modules are loaded differs between pytest's controller, its workers and
+    the shrinker, so the same seed would give different cases; and the
+    harness's own numbers, seed-bug replays included, would leak into draws.
+    """
+    from hypothesis.internal.conjecture import providers
+
+    hook = providers.HypothesisProvider.__dict__.get("_local_constants")
+    if hook is None:
+        raise RuntimeError("hypothesis no longer has HypothesisProvider._local_constants; "
+                           "update harness/generated.py for the pinned hypothesis version")
+    providers.HypothesisProvider._local_constants = property(lambda self: Constants())
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers.HypothesisProvider._local_constants = hook
+        providers.CONSTANTS_CACHE.cache.clear()
+
+
+def run_pass(profile: DrawProfile, seed: int, number: int, visit: Callable[[DrawnCase], None],
+             shrink: bool = False) -> None:
+    """Feed ``visit`` one pass's draws in order; with ``shrink``, hypothesis shrinks what it raises."""
+    phases = [Phase.generate, Phase.shrink] if shrink else [Phase.generate]
+
+    # Hypothesis's default profile as the base: a profile the environment loads (CI's) changes nothing.
+    @settings(settings.get_profile("default"), **PASS_SETTINGS, phases=phases)
+    @hypothesis_seed((seed << PASS_SEED_BITS) | number)
+    @given(drawn_cases(profile))
+    def one_pass(drawn: DrawnCase) -> None:
+        visit(drawn)
+
+    with draws_from_the_seed_alone():
+        one_pass()
+
+
+@dataclass(frozen=True)
+class Draw:
+    drawn: DrawnCase
+    pass_number: int  # the pass that drew it first, for the shrinker
+
+
+def distinct_draws(profile: DrawProfile, seed: int, count: int) -> list[Draw]:
+    """The seed's first ``count`` distinct draws (hypothesis may draw a case twice)."""
+    kept: dict[tuple, Draw] = {}
+    number = 0
+    # sglang's capture sizes are asked before drawing: importing sglang seeds `random`, which
+    # hypothesis refuses inside a strategy.
+    decode_capture_sizes(DEFAULT_DECODE_MAX_BS)
+
+    def keep(drawn: DrawnCase) -> None:
+        kept.setdefault(drawn.key, Draw(drawn, number))
+        if len(kept) >= count:
+            raise _Enough
+
+    try:
+        while len(kept) < count and number < 1 << PASS_SEED_BITS:
+            run_pass(profile, seed, number, keep)
+            number += 1
+    except _Enough:
+        pass
+    return list(kept.values())
+
+
+def generated_name(seed: int, index: int, spec: CaseSpec) -> str:
+    """gen<seed>-<i>-<shape>: the seed and draw index find the draw again; the shape is for humans.
+
+    b bs, k topk, s steps, p page, d head_dim, h query x KV heads; short enough for a case name.
+    """
+    mirrors = "" if spec.host_mirrors == "full" else f"-{spec.host_mirrors.replace('_', '')}"
+    shape = (f"b{spec.bs}k{spec.topk}s{spec.num_steps}p{spec.page_size}d{spec.head_dim}"
+             f"h{spec.num_heads}x{spec.num_kv_heads}{mirrors}")
+    return f"gen{seed}-{index}-{shape}"
+
+
+def as_case(drawn: DrawnCase, name: str, source: str) -> Case:
+    return Case(mode=drawn.mode, spec=CaseSpec.model_validate({**drawn.fields, "name": name}), source=source)
+
+
+@dataclass(frozen=True)
+class Generated:
+    case: Case
+    draw: Draw
+    index: int  # position in the seed's list of distinct draws
+
+
+def generated_tier(profile: DrawProfile, seed: int, count: int) -> list[Generated]:
+    tier = []
+    for index, draw in enumerate(distinct_draws(profile, seed, count)):
+        spec = CaseSpec.model_validate(draw.drawn.fields)
+        case = as_case(draw.drawn, generated_name(seed, index, spec),
+                       f"generated ({profile.name} profile, seed {seed}, draw {index})")
+        tier.append(Generated(case, draw, index))
+    return tier

@@ -1,0 +1,158 @@
+"""pytest wiring of the generated tier: --generated N adds N drawn cells to the run.
+
+The cells join the hand-made ones (or replace them, --generated-only) after
+harness/pytest_plugin.py has collected those. The controller counts what the
+generated cells did and the time they took, shrinks failing ones to
+reproducer case files under reports/<cpu|gpu>/reproducers/, prints both, and
+leaves them on config._attn_generated for the run record (run.json).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from harness import platform
+from harness.cell_matrix import expand_cells, in_shard
+from harness.draw_caps import PROFILES
+from harness.lone_run import rerun_command
+from harness.generated import Generated, generated_tier
+from harness.results import REPORTS_DIR
+from harness.shrink import CellExecutor, Shrunk, shrink
+
+OUTCOMES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("attn-harness generated tier")
+    group.addoption("--generated", type=int, default=0, metavar="N", help="add N generated cells (0: none)")
+    group.addoption("--generated-seed", type=int, default=0, help="seed of the generated cells")
+    group.addoption("--generated-profile", choices=sorted(PROFILES), default=None,
+                    help="what the draws may be and cost (harness/draw_caps.py); default: this machine's")
+    group.addoption("--generated-only", action="store_true", help="run the generated cells alone, no hand-made ones")
+    group.addoption("--generated-budget", type=float, default=0, metavar="SECONDS",
+                    help="skip generated cells that would start after this many seconds (0: no limit)")
+    group.addoption("--shrink-max", type=int, default=1,
+                    help="shrink at most this many failing generated cells, one per failure class")
+    group.addoption("--shrink-budget", type=float, default=300, metavar="SECONDS", help="time for each shrink")
+
+
+@dataclass
+class GeneratedRun:
+    """The generated tier of one pytest run, as the controller saw it."""
+
+    profile: str
+    seed: int
+    requested: int
+    draw_s: float
+    by_cell: dict[str, Generated]
+    budget_s: float
+    controller: bool  # False in an xdist worker: it only runs cells (and honours the budget)
+    cell_args: list[str]  # the options that draw these cells again, for rerun lines (harness/lone_run.py)
+    outcomes: dict[str, str] = field(default_factory=dict)  # cell id -> outcome
+    cell_s: float = 0.0
+    failures: list[str] = field(default_factory=list)  # failed or crashed cell ids, in report order
+    reproducers: list[Shrunk] = field(default_factory=list)
+    not_shrunk: list[str] = field(default_factory=list)
+
+    def cell_id(self, report) -> str | None:
+        cell_id = report.nodeid.rpartition("[")[2].rstrip("]")
+        return cell_id if cell_id in self.by_cell else None
+
+    def pytest_runtest_setup(self, item):
+        started = item.config._attn_started
+        if self.budget_s and self.cell_id(item) and time.time() - started > self.budget_s:
+            pytest.skip(f"generated-tier budget of {self.budget_s:g} s spent")
+
+    def pytest_runtest_logreport(self, report):
+        cell_id = self.cell_id(report)
+        if cell_id is None or not self.controller:
+            return
+        self.cell_s += report.duration
+        if report.when == "call" or not report.passed:
+            outcome = ("xfailed" if hasattr(report, "wasxfail") and report.skipped else
+                       "xpassed" if hasattr(report, "wasxfail") else
+                       "crashed" if "crashed while running" in str(report.longrepr or "") else report.outcome)
+            self.outcomes[cell_id] = outcome
+            if outcome in ("failed", "crashed") and cell_id not in self.failures:
+                self.failures.append(cell_id)
+
+    @pytest.hookimpl(tryfirst=True)  # before harness/pytest_plugin.py writes run.json
+    def pytest_sessionfinish(self, session):
+        config = session.config
+        if not self.controller:
+            return
+        out_dir = REPORTS_DIR / ("gpu" if platform.HAS_GPU else "cpu") / "reproducers"
+        replay = config.getoption("--replay")
+        executor = CellExecutor(replay, timeout_s=config.getoption("--shrink-budget"))
+        classes: set[str] = set()
+        try:
+            for cell_id in self.failures:
+                if len(self.reproducers) >= config.getoption("--shrink-max"):
+                    break
+                generated = self.by_cell[cell_id]
+                first = executor.run(generated.draw.drawn)
+                if first["failure"] is None:
+                    self.not_shrunk.append(f"{cell_id}: did not fail when rerun alone ({first['status']})")
+                elif first["failure"] not in classes:
+                    classes.add(first["failure"])
+                    shrunk = shrink(generated, first, PROFILES[self.profile], self.seed, replay, out_dir,
+                                    config.getoption("--shrink-budget"), executor)
+                    (self.not_shrunk if isinstance(shrunk, str) else self.reproducers).append(shrunk)
+        finally:
+            executor.close()
+        config._attn_generated = self.as_report()
+
+    def rerun(self, cell_id: str) -> str:
+        """A generated cell exists only when drawn again: its rerun carries the drawing options."""
+        return rerun_command(f"harness/test_cases.py::test_cell[{cell_id}]", self.cell_args)
+
+    def as_report(self) -> dict:
+        counts = {name: sum(o == name for o in self.outcomes.values()) for name in OUTCOMES}
+        return dict(profile=self.profile, seed=self.seed, requested=self.requested, drawn=len(self.by_cell),
+                    draw_s=round(self.draw_s, 2), cell_s=round(self.cell_s, 1), **counts,
+                    failures=[dict(cell=cell_id, rerun=self.rerun(cell_id)) for cell_id in self.failures],
+                    reproducers=[r.as_report() for r in self.reproducers], not_shrunk=self.not_shrunk)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.controller:
+            return
+        report = self.as_report()
+        counts = ", ".join(f"{report[name]} {name}" for name in OUTCOMES if report[name])
+        terminalreporter.write_line(
+            f"generated tier ({self.profile} profile, seed {self.seed}): {report['drawn']} cells drawn in "
+            f"{report['draw_s']} s; {counts or 'none run'}; {report['cell_s']} s in generated cells")
+        for cell_id in self.failures:
+            terminalreporter.write_line(f"rerun generated {cell_id}: {self.rerun(cell_id)}")
+        for shrunk in self.reproducers:
+            terminalreporter.write_line(f"reproducer {shrunk.case_file.relative_to(REPORTS_DIR.parent)} "
+                                        f"({shrunk.runs} runs, {shrunk.wall_s:.0f} s): {shrunk.failure}", red=True)
+            terminalreporter.write_line(f"  rerun: {shrunk.rerun}")
+        for reason in self.not_shrunk:
+            terminalreporter.write_line(f"not shrunk: {reason}", yellow=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    """Draw the cells before collection; after hypothesis's plugin has finished initialising.
+
+    (harness/pytest_plugin.py collected the hand-made cells in pytest_configure.)
+    """
+    config = session.config
+    count, only = config.getoption("--generated"), config.getoption("--generated-only")
+    if not hasattr(config, "_attn_cells") or not (count or only):
+        return
+    profile = config.getoption("--generated-profile") or ("gpu" if platform.HAS_GPU else "cpu")
+    seed = config.getoption("--generated-seed")
+    started = time.time()
+    tier = generated_tier(PROFILES[profile], seed, count)
+    draw_s = time.time() - started
+    cells = [cell for cell in expand_cells([g.case for g in tier]) if in_shard(cell, config._attn_shard)]
+    by_case = {g.case.case_id: g for g in tier}
+    config._attn_cells = ([] if only else config._attn_cells) + cells
+    run = GeneratedRun(profile, seed, count, draw_s, {cell.cell_id: by_case[cell.case.case_id] for cell in cells},
+                       config.getoption("--generated-budget"), controller=not hasattr(config, "workerinput"),
+                       cell_args=config._attn_cell_args)
+    config.pluginmanager.register(run, "attn-harness-generated-run")

@@ -1,0 +1,215 @@
+"""The generated tier: valid, reproducible, far-reaching draws; failures shrunk to case files."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from harness.case_strategy import DrawnCase
+from harness.cases import load_case_file
+from harness.cell_matrix import expand_cells
+from harness.draw_caps import DEFAULT_DECODE_MAX_BS, PROFILES, cell_cost, machine_runs
+from harness.failure_class import CRASHED, TIMED_OUT, exception_class
+from harness.generated import generated_tier
+from harness.invariants import InvariantViolation
+from harness.modes import MODES
+from harness.pools import max_request_len
+from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
+from harness.sglang_env import decode_capture_sizes
+from harness.shrink import CellExecutor, shrink, write_case
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAWS = 100
+
+
+@pytest.fixture(scope="module", params=sorted(PROFILES))
+def tier(request):
+    return PROFILES[request.param], generated_tier(PROFILES[request.param], 0, DRAWS)
+
+
+def test_every_draw_loads_as_a_case_file_and_is_one_cell_within_the_caps(tier, tmp_path):
+    """The schema's own loader accepts each draw, and each draw is exactly the cell it was drawn for."""
+    profile, generated = tier
+    assert len(generated) == DRAWS
+    for item in generated:
+        path = tmp_path / f"{item.case.spec.name}.yaml"
+        write_case(path, item.case.mode, item.case.spec.model_dump(), [])
+        (loaded,) = load_case_file(path)
+        assert loaded.spec == item.case.spec and loaded.mode == item.case.mode
+        (cell,) = expand_cells([loaded])
+        assert (cell.backend, cell.runner) in machine_runs()
+        assert cell_cost(MODES[loaded.mode], loaded.spec, RUNNER_FORMS[cell.runner].graph).over(profile) is None
+
+
+def _reached(generated) -> dict[str, set]:
+    seen = defaultdict(set)
+    for item in generated:
+        spec, (cell,) = item.case.spec, expand_cells([item.case])
+        wall = max_request_len(spec.context_len)
+        seen["mode"].add(item.case.mode)
+        seen["runner"].add(cell.runner)
+        seen["padding"].add(cell.padding)
+        for name in ("head_dim", "page_size", "host_mirrors", "kv_layout", "topk", "num_steps"):
+            seen[name].add(getattr(spec, name))
+        seen["gqa"].add(spec.num_heads // spec.num_kv_heads)
+        seen["bs"].add(spec.bs)
+        seen["prefix"] |= {"0" if p == 0 else "1" if p == 1 else "wall" if p == wall else
+                           "page edge" if p % spec.page_size in (0, 1, spec.page_size - 1) and spec.page_size > 1
+                           else "other" for p in spec.prefix_lens}
+        if cell.capture_bs is not None:
+            pick = min(c for c in decode_capture_sizes(DEFAULT_DECODE_MAX_BS) if c >= spec.bs)
+            seen["capture"] |= {label for label, hit in (("sglang's pick", cell.capture_bs == pick),
+                                                          ("no padding", cell.capture_bs == spec.bs),
+                                                          ("past the pick", cell.capture_bs > pick)) if hit}
+    return seen
+
+
+def test_draws_reach_shapes_and_boundaries_the_hand_made_cases_never_do(tier):
+    profile, generated = tier
+    seen = _reached(generated)
+    assert seen["mode"] == set(MODES)
+    assert seen["runner"] == {runner for _, runner in machine_runs()}
+    assert {"prod_fill", "small_real", None} <= seen["padding"]
+    assert seen["head_dim"] == set(profile.head_dims) and seen["gqa"] == set(profile.gqa_ratios)
+    assert seen["page_size"] == set(profile.page_sizes)
+    assert seen["host_mirrors"] == {"full", "gpu_only", "none"}
+    assert seen["kv_layout"] == {"contiguous", "shuffled", "interleaved", "non_monotonic"}
+    assert profile.max_topk in seen["topk"] and profile.max_steps in seen["num_steps"]
+    assert {"0", "1", "wall", "page edge"} <= seen["prefix"]
+    assert {"sglang's pick", "no padding", "past the pick"} <= seen["capture"]
+    assert 1 in seen["bs"] and max(seen["bs"]) > 8
+    if profile.name == "gpu":  # above the largest capture size, where sglang runs eagerly
+        assert max(seen["bs"]) > decode_capture_sizes(DEFAULT_DECODE_MAX_BS)[-1]
+
+
+_GENERATE = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import harness
+    {extra}
+    from harness.draw_caps import PROFILES
+    from harness.generated import generated_tier
+    tier = generated_tier(PROFILES["cpu"], int(sys.argv[2]), int(sys.argv[3]))
+    print(json.dumps([[g.case.spec.name, g.case.mode, g.case.spec.model_dump()] for g in tier]))
+""")
+
+
+def _generate_elsewhere(tmp_path: Path, seed: int, count: int, extra: str = "") -> list:
+    script = tmp_path / f"generate_{len(extra)}.py"
+    script.write_text(_GENERATE.format(extra=extra))
+    done = subprocess.run([sys.executable, str(script), str(ROOT), str(seed), str(count)],
+                          capture_output=True, text=True, check=True, cwd=tmp_path)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_same_seed_same_cases_whatever_else_the_process_has_loaded(tmp_path):
+    """Hypothesis would mix literals of loaded modules into draws; the tier switches that off."""
+    literals = tmp_path / "local_literals.py"
+    literals.write_text("NUMBERS = [" + ", ".join(str(n) for n in range(3, 4000, 7)) + "]\n")
+    here = [[g.case.spec.name, g.case.mode, g.case.spec.model_dump()] for g in generated_tier(PROFILES["cpu"], 3, 40)]
+    assert _generate_elsewhere(tmp_path, 3, 40) == json.loads(json.dumps(here))
+    assert _generate_elsewhere(tmp_path, 3, 40, "import local_literals") == json.loads(json.dumps(here))
+    assert _generate_elsewhere(tmp_path, 3, 20) == json.loads(json.dumps(here[:20]))  # more N extends
+    assert _generate_elsewhere(tmp_path, 4, 40) != json.loads(json.dumps(here))
+
+
+GENERATOR_MODULES = ("case_strategy.py", "draw_caps.py", "generated.py")
+
+
+def test_no_generator_rule_names_a_seed_bug():
+    from harness.seed_bugs import SEED_BUGS
+
+    names = {bug_id for bug_id in SEED_BUGS} | {re.sub(r"\D", "", b.upstream) for b in SEED_BUGS.values()}
+    for module in GENERATOR_MODULES:
+        source = (ROOT / "harness" / module).read_text()
+        assert "seed_bugs" not in source and "SEED_BUGS" not in source, module
+        for name in names:
+            assert name not in source, f"{module} names seed bug {name}"
+
+
+def test_failure_class_masks_numbers_and_drops_where_a_detector_fired():
+    eager = InvariantViolation("eager init_forward_metadata, step backend 0: kv_indptr decreases at row 2 (5 -> -3): "
+                               "a negative per-request length")
+    replay = InvariantViolation("replay init_forward_metadata_out_graph (bs 3 padded to 8), step backend 1: "
+                                "kv_indptr decreases at row 7 (9 -> -1): a negative per-request length")
+    assert exception_class(eager) == exception_class(replay)
+    assert exception_class(TypeError("'NoneType' object is not iterable")) != exception_class(eager)
+    assert exception_class(RuntimeError("size 12")) == exception_class(RuntimeError("size 7"))
+
+
+class FakeExecutor:
+    """Fails like a bug that needs two requests and a dropped host mirror would; counts runs."""
+
+    def __init__(self):
+        self.runs = 0
+
+    def run(self, drawn: DrawnCase) -> dict:
+        self.runs += 1
+        fields = drawn.fields
+        if fields["bs"] >= 2 and fields["host_mirrors"] != "full":
+            return dict(status="failed", failure="TypeError: x", message="TypeError: x")
+        return dict(status="passed", failure=None, message="")
+
+
+def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path, monkeypatch):
+    import harness.shrink as shrink_module
+
+    monkeypatch.setattr(shrink_module, "ROOT", tmp_path)
+    profile = PROFILES["cpu"]
+    failing = next(g for g in generated_tier(profile, 0, 60)
+                   if g.case.spec.bs >= 4 and g.case.spec.host_mirrors != "full")
+    executor = FakeExecutor()
+    first = executor.run(failing.draw.drawn)
+    shrunk = shrink(failing, first, profile, 0, "some-bug", tmp_path / "reproducers", 60, executor)
+    (case,) = load_case_file(shrunk.case_file)
+    assert (case.spec.bs, case.spec.host_mirrors) == (2, "gpu_only")  # what the failure needs, no more
+    assert max(case.spec.prefix_lens) <= 3 and (case.spec.num_heads, case.spec.head_dim) == (1, 64)
+    assert shrunk.failure == "TypeError: x"
+    assert shrunk.rerun == (f"pytest harness/test_cases.py --cases-dir reproducers -k {case.spec.name} "
+                            "--replay some-bug")
+    assert "Rerun: " + shrunk.rerun in shrunk.case_file.read_text()
+
+
+def test_a_candidate_that_kills_or_stalls_the_worker_is_crashed_or_timed_out():
+    drawn = generated_tier(PROFILES["cpu"], 0, 1)[0].draw.drawn
+    crashing = CellExecutor(None, timeout_s=30)
+    crashing.command = [sys.executable, "-c", "import os, sys; sys.stdin.readline(); os._exit(11)"]
+    assert crashing.run(drawn)["failure"] == CRASHED
+    stalling = CellExecutor(None, timeout_s=1)
+    stalling.command = [sys.executable, "-c", "import sys, time; sys.stdin.readline(); time.sleep(60)"]
+    assert stalling.run(drawn)["failure"] == TIMED_OUT
+    assert stalling.process is None
+
+
+def test_pytest_option_adds_named_generated_cells(tmp_path):
+    command = [sys.executable, "-m", "pytest", "harness/test_cases.py", "-p", "no:cacheprovider", "--co", "-q",
+               "--generated", "5", "--generated-seed", "11", "--generated-only"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    ids = [line for line in done.stdout.splitlines() if "::test_cell[" in line]
+    assert len(ids) == 5, done.stdout[-2000:]
+    assert all(re.search(rf"\[({'|'.join(MODES)})-gen11-\d+-b\d+", i) for i in ids), ids
+    assert "generated tier (cpu profile, seed 11): 5 cells drawn" in done.stdout
+    assert not [i for i in ids if "-gen11-" not in i]  # --generated-only: no hand-made cell
+
+
+def test_graph_runners_never_draw_a_batch_sglang_would_run_eagerly():
+    largest = decode_capture_sizes(DEFAULT_DECODE_MAX_BS)[-1]
+    for item in generated_tier(PROFILES["gpu"], 1, 120):
+        (cell,) = expand_cells([item.case])
+        assert cell.runner not in GRAPH_RUNNER_NAMES or item.case.spec.bs <= largest
+
+
+def test_generated_budget_skips_cells_that_would_start_after_it():
+    command = [sys.executable, "-m", "pytest", "harness/test_cases.py", "-p", "no:cacheprovider", "-q", "-rs",
+               "--generated", "3", "--generated-only", "--generated-budget", "0.001"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert "3 skipped" in done.stdout, done.stdout[-2000:]
+    assert "generated-tier budget of 0.001 s spent" in done.stdout
+    assert "generated tier (cpu profile, seed 0): 3 cells drawn" in done.stdout
