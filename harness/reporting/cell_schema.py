@@ -70,6 +70,7 @@ OPTIONAL_FIELDS: dict[str, _Field] = {
     "reproduced_alone": _Field((bool,), nullable=True),  # did the crash happen again in a fresh process?
     "lone_run": _Field(_TEXT, nullable=True),  # what that lone run said
     "sanitizer": _Field((dict,), nullable=True),  # tool -> its first error block (or why none)
+    "phase_s": _Field((dict,), nullable=True),  # wall seconds per phase of an executed cell (harness/phase_clock.py)
 }
 TOLERANCE_KEYS = ("atol", "rtol")
 # Fields that only mean something for CUDA-graph replay.
