@@ -134,7 +134,8 @@ def cell_metrics(request):
         worst = result.worst
         request.node.user_properties.append(("metrics", dict(
             max_abs_err=worst.max_abs_err, max_rel_err=worst.max_rel_err,
-            mismatch_frac=worst.mismatch_frac, tolerance={"atol": worst.atol, "rtol": worst.rtol})))
+            mismatch_frac=worst.mismatch_frac, tolerance={"atol": worst.atol, "rtol": worst.rtol},
+            phase_s=result.phase_s)))
 
     return record
 

@@ -3,14 +3,19 @@
 This is the path a reader follows: case -> layout and pools -> ForwardBatch as
 the scheduler fills it -> the backend entry builds sglang's backend -> the
 runner form executes it -> each step's output against the reference (and, for
-CUDA graphs, against the same batch run eagerly).
+CUDA graphs, against the same batch run eagerly). A graph cell captures once and
+replays on its own batch and an extra one (harness/replay_batches.py), all
+requests in one set of pools under one backend. Each phase's wall time goes
+with the result (harness/phase_clock.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import fnmatch
+import itertools
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -22,7 +27,7 @@ import triton.language as tl
 from harness import platform
 from harness.backends import BACKENDS
 from harness.runners import RUNNER_FORMS
-from harness.pools import build_state
+from harness.pools import BatchState, build_state
 from harness.cases import CaseSpec
 from harness.cell_matrix import Cell, skip_reason
 from harness.compare import Comparison, compare
@@ -30,10 +35,10 @@ from harness.forward_inputs import draw_inputs
 from harness.kv_layout import build_layout
 from harness.sglang_env import model_runner, scheduler_keeps_host_mirrors, server_fields, sglang_state
 from harness.modes import MODES
-from harness.runners.cuda_graph import GraphPlan, run_cuda_graph
+from harness.phase_clock import PhaseClock
+from harness.replay_batches import ReplayBatch, cell_batch, replay_batches
+from harness.runners.cuda_graph import CapturedGraph, GraphPlan
 from harness.runners.eager import run_eager
-
-SMALL_REAL_PREFIXES = (1, 2, 3)
 
 
 class CellSkipped(Exception):
@@ -43,6 +48,7 @@ class CellSkipped(Exception):
 @dataclass(frozen=True)
 class CellResult:
     comparisons: dict[str, Comparison]  # "what vs what, step i" -> comparison
+    phase_s: dict[str, float]  # wall seconds per phase (harness/phase_clock.py)
 
     @property
     def ok(self) -> bool:
@@ -75,22 +81,27 @@ def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
             "(decide_needs_cpu_seq_lens, sglang PR #26128)")
 
 
-def with_small_real_requests(spec: CaseSpec, capture_bs: int) -> CaseSpec:
-    """small_real padding: fill the captured batch with short genuine requests."""
-    extra = capture_bs - spec.bs
-    prefixes = [SMALL_REAL_PREFIXES[i % len(SMALL_REAL_PREFIXES)] for i in range(extra)]
-    update = dict(bs=capture_bs, prefix_lens=[*spec.prefix_lens, *prefixes])
-    if spec.input_lens is not None:
-        update["input_lens"] = [*spec.input_lens, *[spec.input_lens[0]] * extra]
-    return spec.model_copy(update=update)
+@dataclass(frozen=True)
+class _Batch:
+    """One batch of a cell, ready to run: its ForwardBatch, each step's inputs and reference."""
+
+    run: ReplayBatch
+    steps: list
+    inputs: list
+    forward_batch: object
+
+    @property
+    def expected(self) -> list[torch.Tensor]:
+        return [step.expected for step in self.inputs]
 
 
-def _compare_steps(label: str, outputs, expected, steps, real_bs: int, spec: CaseSpec) -> dict:
-    """Compare only rows of the case's own requests (small_real fillers are not asserted)."""
+def _compare_steps(label: str, outputs, expected, batch: _Batch) -> dict:
+    """Compare only rows of the batch's own requests (small_real fillers are not asserted)."""
+    spec = batch.run.spec
     shape = (-1, spec.num_heads, spec.head_dim)
     found = {}
-    for index, (out, want, step) in enumerate(zip(outputs, expected, steps)):
-        rows = torch.tensor([q.request < real_bs for q in step.queries])
+    for index, (out, want, step) in enumerate(zip(outputs, expected, batch.steps)):
+        rows = torch.tensor([q.request < batch.run.real_bs for q in step.queries])
         labels = [lab for lab, keep in zip(step.labels, rows.tolist()) if keep]
         found[f"{label} step {index}"] = compare(out.reshape(shape).cpu()[rows], want[rows], spec.dtype, labels)
     return found
@@ -131,20 +142,82 @@ def _crash_drill(cell: Cell) -> None:
         CRASHES[platform.DEVICE]()
 
 
-@contextlib.contextmanager
-def built_backend(spec: CaseSpec, mode, entry, extra_rows: int) -> Iterator[tuple]:
-    """Pools filled for ``spec`` and sglang's backend built on them, inside sglang's server-args state.
+def _one_pool_spec(specs: list[CaseSpec]) -> CaseSpec:
+    """The requests of every batch, in order, as one case: what the pools hold."""
+    first = specs[0]
+    windows = None if first.input_lens is None else [w for spec in specs for w in spec.input_lens]
+    return first.model_copy(update=dict(bs=sum(spec.bs for spec in specs), input_lens=windows,
+                                        prefix_lens=[p for spec in specs for p in spec.prefix_lens]))
 
-    Yields (state, server_args, backend); ``extra_rows`` reserves pool rows for graph padding.
+
+def _batch_view(state: BatchState, spec: CaseSpec, requests: slice) -> BatchState:
+    """Some of the pools' requests as one batch: the same pools and generator, its own rows."""
+    layout = dataclasses.replace(state.layout, req_pool_indices=state.layout.req_pool_indices[requests],
+                                 row_slots=state.layout.row_slots[requests])
+    return dataclasses.replace(state, spec=spec, layout=layout, row_k=state.row_k[requests],
+                               row_v=state.row_v[requests])
+
+
+@contextlib.contextmanager
+def built_backend(specs: list[CaseSpec], mode, entry, extra_rows: int,
+                  clock: PhaseClock | None = None) -> Iterator[tuple]:
+    """One set of pools holding the requests of every batch in ``specs``, and sglang's backend
+    built on them, inside sglang's server-args state.
+
+    Yields (states, server_args, backend), one state per batch. The first spec's seed draws the
+    layout and the K/V, and its other fields (all but the requests) configure the backend.
+    ``extra_rows`` reserves pool rows for graph padding.
     """
-    row_lens = mode.row_lens(spec)
-    layout = build_layout(spec.kv_layout, row_lens, spec.page_size, spec.seed, extra_rows=extra_rows)
-    fields = server_fields(spec, entry.server_arg, mode.speculative_args(spec))
-    with sglang_state(fields) as server_args:
-        state = build_state(spec, layout, row_lens, platform.DEVICE, server_args)
-        runner_obj = model_runner(spec, state.pools, server_args, platform.DEVICE,
-                                  is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
-        yield state, server_args, entry.build(mode.backend_role, runner_obj, spec)
+    clock = clock or PhaseClock()
+    first, pool_spec = specs[0], _one_pool_spec(specs)
+    with contextlib.ExitStack() as stack:
+        with clock.phase("layout_pools"):
+            row_lens = mode.row_lens(pool_spec)
+            layout = build_layout(pool_spec.kv_layout, row_lens, pool_spec.page_size, pool_spec.seed,
+                                  extra_rows=extra_rows)
+            server_args = stack.enter_context(
+                sglang_state(server_fields(first, entry.server_arg, mode.speculative_args(first))))
+            state = build_state(pool_spec, layout, row_lens, platform.DEVICE, server_args)
+            starts = itertools.accumulate((spec.bs for spec in specs), initial=0)
+            states = [_batch_view(state, spec, slice(start, start + spec.bs)) for spec, start in zip(specs, starts)]
+        with clock.phase("backend"):
+            runner_obj = model_runner(first, state.pools, server_args, platform.DEVICE,
+                                      is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
+            backend = entry.build(mode.backend_role, runner_obj, first)
+        yield states, server_args, backend
+
+
+def _import_sglang() -> None:
+    """The sglang modules every cell uses: the first cell a worker runs pays for them here."""
+    import sglang.srt.layers.radix_attention  # noqa: F401
+    import sglang.srt.mem_cache.memory_pool  # noqa: F401
+    import sglang.srt.model_executor.forward_batch_info  # noqa: F401
+
+
+def _replay_all(cell: Cell, mode, backend, layer, batches: list[_Batch], context_len: int,
+                clock: PhaseClock) -> tuple[dict, str, list]:
+    """Capture once, replay on every batch in order, each against its reference.
+
+    Returns the comparisons, and the label and outputs of the cell's own batch's replay.
+    """
+    first = batches[0].run.spec
+    plan = GraphPlan(backend=cell.backend, capture_bs=cell.capture_bs, capture=RUNNER_FORMS[cell.runner].captures,
+                     topk=first.topk, context_len=context_len, multi_step=mode.backend_role == "draft_multi_step",
+                     tokens_per_request=mode.tokens_per_request(first))
+    with clock.phase("capture"):
+        graph = CapturedGraph(mode, backend, layer, plan, batches[0].forward_batch, batches[0].inputs)
+        graph.capture()
+    comparisons, previous = {}, None
+    for number, batch in enumerate(batches, start=1):
+        label = batch.run.label(number, previous)
+        with clock.phase("replay"):
+            outputs = graph.replay(batch.forward_batch, batch.inputs, label)
+        with clock.phase("compare"):
+            comparisons.update(_compare_steps(f"{label} vs reference", outputs, batch.expected, batch))
+        if not batch.run.extra:
+            own_label, own_outputs = label, outputs
+        previous = batch.run
+    return comparisons, own_label, own_outputs
 
 
 def run_cell(cell: Cell) -> CellResult:
@@ -152,33 +225,42 @@ def run_cell(cell: Cell) -> CellResult:
     if reason:
         raise CellSkipped(reason)
     _crash_drill(cell)
+    clock = PhaseClock()
+    with clock.phase("imports"):
+        _import_sglang()
     from sglang.srt.layers.radix_attention import RadixAttention
 
-    mode, entry, real_bs = MODES[cell.case.mode], BACKENDS[cell.backend], cell.case.spec.bs
-    spec = (with_small_real_requests(cell.case.spec, cell.capture_bs)
-            if cell.padding == "small_real" else cell.case.spec)
-    with built_backend(spec, mode, entry, extra_rows=cell.capture_bs or 0) as (state, server_args, attn_backend):
-        _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
-        scale = spec.head_dim ** -0.5
-        layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0)
-        steps = mode.steps(spec)
-        inputs = draw_inputs(state, steps, scale)
-        forward_batch = mode.forward_batch(state, steps)
-        expected = [i.expected for i in inputs]
-        if cell.runner == "eager":
-            outputs = run_eager(mode, attn_backend, forward_batch, inputs, layer)
-            return CellResult(_compare_steps("eager vs reference", outputs, expected, steps, real_bs, spec))
-        plan = GraphPlan(capture_bs=cell.capture_bs,
-                         capture=RUNNER_FORMS[cell.runner].captures, topk=spec.topk,
-                         context_len=state.pools.context_len,
-                         multi_step=mode.backend_role == "draft_multi_step", backend=cell.backend)
-        replayed = run_cuda_graph(mode, attn_backend, forward_batch, inputs, layer, plan,
-                                  mode.tokens_per_request(spec))
-        eager = run_eager(mode, attn_backend, forward_batch, inputs, layer)
-    shape = (-1, spec.num_heads, spec.head_dim)
-    eager64 = [out.reshape(shape).to("cpu", torch.float64) for out in eager]
-    return CellResult({
-        **_compare_steps("replay vs reference", replayed, expected, steps, real_bs, spec),
-        **_compare_steps("eager vs reference", eager, expected, steps, real_bs, spec),
-        **_compare_steps("replay vs eager", replayed, eager64, steps, real_bs, spec),
-    })
+    mode, entry = MODES[cell.case.mode], BACKENDS[cell.backend]
+    graph = RUNNER_FORMS[cell.runner].graph
+    runs = replay_batches(cell) if graph else [cell_batch(cell)]
+    own = next(run for run in runs if not run.extra)
+    in_pools = [own, *(run for run in runs if run.extra)]  # the cell's own requests first
+    spec = own.spec
+    with built_backend([run.spec for run in in_pools], mode, entry, extra_rows=cell.capture_bs or 0,
+                       clock=clock) as (states, server_args, attn_backend):
+        with clock.phase("backend"):
+            _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
+            scale = spec.head_dim ** -0.5
+            layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0)
+        with clock.phase("inputs_reference"):
+            prepared = {}
+            for run, state in zip(in_pools, states):
+                steps = mode.steps(run.spec)
+                inputs = draw_inputs(state, steps, scale)
+                prepared[id(run)] = _Batch(run, steps, inputs, mode.forward_batch(state, steps))
+        mine = prepared[id(own)]
+        if graph:
+            comparisons, replay_label, replayed = _replay_all(
+                cell, mode, attn_backend, layer, [prepared[id(run)] for run in runs],
+                states[0].pools.context_len, clock)
+        else:
+            comparisons = {}
+        with clock.phase("eager"):
+            eager = run_eager(mode, attn_backend, mine.forward_batch, mine.inputs, layer)
+    with clock.phase("compare"):
+        comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine))
+        if graph:
+            shape = (-1, spec.num_heads, spec.head_dim)
+            eager64 = [out.reshape(shape).to("cpu", torch.float64) for out in eager]
+            comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine))
+    return CellResult(comparisons, clock.rounded())

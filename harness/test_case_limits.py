@@ -15,7 +15,8 @@ from harness.backends import BACKENDS
 from harness.case_limits import BUFFERS, largest_cell_sizes
 from harness.cases import CaseSpec
 from harness.modes import MODES
-from harness.run_cell import built_backend, with_small_real_requests
+from harness.replay_batches import with_small_real_requests
+from harness.run_cell import built_backend
 
 CASES = {
     "target_verify": dict(name="m", bs=4, prefix_lens=3000, input_lens=4, head_dim=128, num_heads=8,
@@ -43,7 +44,7 @@ def test_estimate_matches_what_a_cell_allocates(mode_name):
     pool, req_to_token, *graph = (buffer.size(largest_cell_sizes(mode, spec)) for buffer in BUFFERS)
     capture = max(spec.capture_sizes)
     padded = with_small_real_requests(spec, capture)  # the largest cell: small_real at the top size
-    with built_backend(padded, mode, entry, extra_rows=capture) as (state, _, backend):
+    with built_backend([padded], mode, entry, extra_rows=capture) as ((state,), _, backend):
         backend.init_cuda_graph_state(capture, capture * mode.tokens_per_request(padded))
     kv, pools = state.pools.kv, state.pools
     owned = _storages([*kv.k_buffer, *kv.v_buffer, *state.row_k, *state.row_v])

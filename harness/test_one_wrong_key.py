@@ -51,7 +51,9 @@ def test_one_wrong_key_fails_the_cell(cell_id, monkeypatch):
         result = run_cell(control)
     except CellSkipped as reason:
         pytest.skip(str(reason))
-    against_reference = {name: c for name, c in result.comparisons.items() if "vs reference" in name}
+    # The extra replay batch of a graph cell (harness/replay_batches.py) holds other requests.
+    against_reference = {name: c for name, c in result.comparisons.items()
+                         if "vs reference" in name and "extra bs" not in name}
     missed = [name for name, c in against_reference.items() if c.census_mismatch_frac == 0]
     assert not missed, f"{cell_id} with {misdirected[0]}: not flagged in {missed}: {result.describe()}"
     heads = control.case.spec.num_heads

@@ -17,6 +17,7 @@ from harness.reporting.digest import compare, render_digest
 from harness.reporting.junit import write_junit
 from harness.reporting.merge import merge_runs, write_results
 from harness.reporting.outcomes import report as outcomes_report
+from harness.reporting.phases import render_phases
 from harness.reporting.readme_matrix import SECTIONS, readme_diff, render_block, replace_block
 from harness.reporting.summary import render_summary
 from harness.reporting.totals import totals_line
@@ -40,6 +41,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
     write_junit(merged.results["cells"], args.out_dir / "junit.xml")
     print(f"merged {len(merged.results['cells'])} cells from {len(args.run_dirs)} run(s) into {args.out_dir}/")
     print(totals_line(merged.results["cells"], str(args.out_dir / "results.json")))
+    return 0
+
+
+def cmd_phases(args: argparse.Namespace) -> int:
+    print(render_phases(merge_runs(args.run_dirs).results), end="")
     return 0
 
 
@@ -117,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="reports/cells/<run_id> folders; later ones win")
     merge.add_argument("--out-dir", type=cli.output_folder, default=REPORTS)
     merge.set_defaults(func=cmd_merge)
+
+    phases = sub.add_parser("phases", help="run folders -> where the cells' time went, per phase (markdown)")
+    phases.add_argument("run_dirs", nargs="+", type=cli.input_folder, help="reports/cells/<run_id> folders")
+    phases.set_defaults(func=cmd_phases)
 
     summary = sub.add_parser("summary", help="results.json -> SUMMARY.md")
     summary.add_argument("--results", type=cli.input_file, default=RESULTS)

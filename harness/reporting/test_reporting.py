@@ -342,3 +342,24 @@ def test_digest_xpass_alone_does_not_alarm(tmp_path):
     today = [make_cell(status="xpassed", known_failure="KF-x")]
     assert main(digest_args(tmp_path, today, yesterday)) == 0
     assert "Unexpectedly passed: drop their KNOWN_FAILURES entries (1)" in (tmp_path / "DIGEST.md").read_text()
+
+
+# phases ---------------------------------------------------------------------------------------
+
+def test_phases_sum_per_runner_and_leave_the_rest_to_pytest(tmp_path, capsys):
+    from harness.phase_clock import PHASES
+
+    def timed(wall_s, **seconds):
+        return {**dict.fromkeys(PHASES, 0.0), **seconds}, wall_s
+
+    phases_a, wall_a = timed(2.0, imports=1.0, replay=0.5)
+    phases_b, wall_b = timed(1.0, eager=0.75)
+    cells = [make_cell(runner="cuda_graph", padding="prod_fill", capture_bs=4, phase_s=phases_a, wall_s=wall_a),
+             make_cell(case="chain-bs1", phase_s=phases_b, wall_s=wall_b),
+             make_cell(case="skipped", status="skipped", phase_s=None, wall_s=0.01)]
+    run = write_run(tmp_path / "cells" / "night-1", {"gw0": cells})
+    assert main(["phases", str(run)]) == 0
+    table = capsys.readouterr().out
+    assert "| cuda_graph | 1 | 2.0 | 2.00 | 1.0 (50%) |" in table and "| 0.5 (25%) | 0.0 (0%) | 0.0 (0%) | 0.5 (25%) |" in table
+    assert "| all | 2 | 3.0 | 1.50 | 1.0 (33%) |" in table
+    assert "wall 600.0 s with 2 worker(s); cells 3.0 s in all (1.5 s per worker)" in table

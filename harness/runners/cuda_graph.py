@@ -1,17 +1,18 @@
-"""CUDA-graph forms: capture on sglang's dummy batch, replay on the real one, padded.
+"""CUDA-graph forms: capture once on sglang's dummy batch, replay on several real batches, padded.
 
-Mirrors sglang 0.5.17's graph runners: init_cuda_graph_state(max_bs,
-max_num_tokens); out_graph(in_capture=True) on a batch of fill rows; two eager
-warm-up passes; capture of in_graph + the forwards; then, per replay, the real
-batch copied into the same static buffers (padded as the runner pads),
-out_graph(in_capture=False) and graph.replay(). Capture output is warm-up and
-is never asserted.
+Mirrors sglang's graph runners (0.5.17's cuda_graph_runner and eagle draft runners, 0.5.23's
+decode_cuda_graph_runner): init_cuda_graph_state(max_bs, max_num_tokens);
+out_graph(in_capture=True) on a batch of fill rows; two eager warm-up passes; capture of
+in_graph + the forwards. Then, for every replay, what the runners do before each
+graph.replay(): the batch copied into the same static buffers (padded as the runner pads),
+init_forward_metadata_out_graph on them. Nothing is reset between replays that the runners do
+not reset, so state one replay leaves behind reaches the next. Capture output is warm-up and is
+never asserted.
 
-The cg_meta form runs the same hooks on the same static buffers but executes
-the forwards eagerly instead of capturing them: what a replayed graph would
-compute for backends whose kernels read only those buffers (Triton), and
-runnable on CPU under Triton's interpreter, so CUDA-graph metadata bugs are
-caught in CI. It never claims to have captured a graph.
+The cg_meta form runs the same hooks on the same static buffers but executes the forwards
+eagerly instead of capturing them: what a replayed graph would compute for backends whose
+kernels read only those buffers (Triton), and runnable on CPU under Triton's interpreter, so
+CUDA-graph metadata bugs are caught in CI. It never claims to have captured a graph.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from harness.backends import BACKENDS
 from harness.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
 from harness.guards import Guards
 from harness.invariants import check_backend, check_graph_capacity
-from harness.runners.padding import pad_rows, padded_host_fields
+from harness.runners.padding import HOST_FIELDS, PADDED_ROW, ROW_FIELDS, padded_batch
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class GraphPlan:
     topk: int
     context_len: int
     multi_step: bool  # draft decode: one kv_indices row per step, topk branches per request
+    tokens_per_request: int  # query tokens each request brings (SpecMode.tokens_per_request)
 
 
 def fill_value(backend) -> int:
@@ -45,95 +47,103 @@ def fill_value(backend) -> int:
     return inner.get_cuda_graph_seq_len_fill_value()
 
 
-def _static_batch(mode, real_fb, capture_bs: int, fill: int, tokens_per_request: int):
-    """The graph's static ForwardBatch, holding sglang's capture dummy rows."""
-    static = copy.copy(real_fb)
-    for name, tensor in pad_rows(real_fb, capture_bs, fill, tokens_per_request).items():
-        if tensor is not None:
-            setattr(static, name, tensor.clone())
-    for name, value in padded_host_fields(real_fb, capture_bs, fill, tokens_per_request).items():
-        setattr(static, name, value)
-    static.input_ids = torch.zeros(capture_bs * tokens_per_request, dtype=torch.int64,
-                                   device=real_fb.seq_lens.device)
-    static.req_pool_indices.zero_()
-    static.seq_lens.fill_(fill)
-    static.positions.zero_()
-    static.out_cache_loc.zero_()
-    if static.extend_seq_lens is not None:
-        static.extend_seq_lens.fill_(tokens_per_request)
-        static.extend_prefix_lens.zero_()
-    if static.seq_lens_cpu is not None:
-        static.seq_lens_cpu.fill_(fill)
-        static.seq_lens_sum = capture_bs * fill
-    static.spec_info = mode.capture_spec_info(real_fb.spec_info, static, tokens_per_request)
-    return static
+class CapturedGraph:
+    """One backend's graph state, captured once; ``replay`` runs it on any batch that fits."""
 
+    def __init__(self, mode, backend, layer, plan: GraphPlan, template, inputs: list[StepInputs]):
+        """``template``: a real batch (its fields and spec_info shape the static batch);
+        ``inputs``: its step inputs (their shapes, the static Q/K/V's)."""
+        self.mode, self.backend, self.layer, self.plan = mode, backend, layer, plan
+        self.fill = fill_value(backend)
+        self.static = self._capture_batch(template)
+        rows = plan.capture_bs * plan.tokens_per_request
+        before = reachable_memory(backend)
+        backend.init_cuda_graph_state(plan.capture_bs, rows)
+        check_graph_capacity(backend, plan.capture_bs, plan.topk, plan.context_len, plan.multi_step)
+        self.guards = Guards()
+        guarded = guard_graph_buffers(self.guards, backend, before)
+        check_declared(guarded, BACKENDS[plan.backend].graph_buffers.value, plan.backend)
 
-def _load_replay(mode, static, real_fb, capture_bs: int, fill: int, tokens_per_request: int) -> None:
-    """Copy the real batch into the static buffers, padded as the runner pads it."""
-    for name, tensor in pad_rows(real_fb, capture_bs, fill, tokens_per_request).items():
-        if tensor is not None:
-            getattr(static, name).copy_(tensor)
-    for name, value in padded_host_fields(real_fb, capture_bs, fill, tokens_per_request).items():
-        setattr(static, name, value)
-    static.spec_info = mode.replay_spec_info(real_fb.spec_info, static, tokens_per_request)
+        def zeros_like_rows(t: torch.Tensor) -> torch.Tensor:
+            return torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
 
+        self.q = [zeros_like_rows(s.q) for s in inputs]
+        self.k = [zeros_like_rows(s.k) for s in inputs]
+        self.v = [zeros_like_rows(s.v) for s in inputs]
+        self.out_buffers = [self.guards.guarded(f"step {i} attention output", tuple(buf.shape), buf.dtype, buf.device)
+                            for i, buf in enumerate(self.q)]
+        self.outputs = None  # the captured graph's output tensors (capture form only)
 
-def run_cuda_graph(mode, backend, real_fb, step_inputs: list[StepInputs], layer, plan: GraphPlan,
-                   tokens_per_request: int) -> list[torch.Tensor]:
-    capture_bs = plan.capture_bs
-    fill = fill_value(backend)
-    static = _static_batch(mode, real_fb, capture_bs, fill, tokens_per_request)
-    rows = capture_bs * tokens_per_request
-    before = reachable_memory(backend)
-    backend.init_cuda_graph_state(capture_bs, rows)
-    check_graph_capacity(backend, capture_bs, plan.topk, plan.context_len, plan.multi_step)
-    guards = Guards()
-    guarded = guard_graph_buffers(guards, backend, before)
-    check_declared(guarded, BACKENDS[plan.backend].graph_buffers.value, plan.backend)
+    def _capture_batch(self, template):
+        """The graph's static ForwardBatch: capture-size buffers holding sglang's capture dummy,
+        every row a fill row (padding.py's values for a padded row)."""
+        static = copy.copy(template)
+        capture_bs, per_request = self.plan.capture_bs, self.plan.tokens_per_request
+        for name in ROW_FIELDS:
+            tensor = getattr(template, name)
+            if tensor is not None:
+                per_row = tensor.numel() // template.batch_size
+                setattr(static, name, torch.full((capture_bs * per_row,), PADDED_ROW[name](self.fill, per_request),
+                                                 dtype=tensor.dtype, device=tensor.device))
+        static.input_ids = torch.zeros(capture_bs * per_request, dtype=torch.int64, device=template.seq_lens.device)
+        static.batch_size = capture_bs
+        if static.seq_lens_cpu is not None:
+            static.seq_lens_cpu = torch.full((capture_bs,), self.fill, dtype=template.seq_lens_cpu.dtype)
+            static.seq_lens_sum = capture_bs * self.fill
+        for name in ("extend_seq_lens_cpu", "extend_prefix_lens_cpu"):
+            if getattr(template, name) is not None:
+                setattr(static, name, [PADDED_ROW[name.removesuffix("_cpu")](self.fill, per_request)] * capture_bs)
+        static.spec_info = self.mode.capture_spec_info(template.spec_info, static, per_request)
+        return static
 
-    def zeros_like_rows(t: torch.Tensor) -> torch.Tensor:
-        return torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
-
-    q = [zeros_like_rows(s.q) for s in step_inputs]
-    k = [zeros_like_rows(s.k) for s in step_inputs]
-    v = [zeros_like_rows(s.v) for s in step_inputs]
-    out_buffers = [guards.guarded(f"step {i} attention output", tuple(buf.shape), buf.dtype, buf.device)
-                   for i, buf in enumerate(q)]
-
-    def run_once():
-        backend.init_forward_metadata_in_graph(static)
+    def _run_once(self) -> list[torch.Tensor]:
+        self.backend.init_forward_metadata_in_graph(self.static)
         outputs = []
-        for i, (step_backend, view) in enumerate(mode.step_views(backend, static)):
-            view._attn_output = out_buffers[i]
-            outputs.append(step_backend.forward(q[i], k[i], v[i], layer, view))
+        for i, (step_backend, view) in enumerate(self.mode.step_views(self.backend, self.static)):
+            view._attn_output = self.out_buffers[i]
+            outputs.append(step_backend.forward(self.q[i], self.k[i], self.v[i], self.layer, view))
         return outputs
 
-    backend.init_forward_metadata_out_graph(static, in_capture=True)
-    check_backend(backend, "capture init_forward_metadata_out_graph", guards.capacity)
-    if plan.capture:
-        for _ in range(2):  # sglang warms up twice before capturing
-            run_once()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            graph_outputs = run_once()
-    guards.check("after capture")
+    def capture(self) -> None:
+        self.backend.init_forward_metadata_out_graph(self.static, in_capture=True)
+        check_backend(self.backend, "capture init_forward_metadata_out_graph", self.guards.capacity)
+        if self.plan.capture:
+            for _ in range(2):  # sglang warms up twice before capturing
+                self._run_once()
+            torch.cuda.synchronize()
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.outputs = self._run_once()
+        self.guards.check("after capture")
 
-    _load_replay(mode, static, real_fb, capture_bs, fill, tokens_per_request)
-    for i, inputs in enumerate(step_inputs):
-        n = inputs.q.shape[0]
-        for static_t, real_t in ((q[i], inputs.q), (k[i], inputs.k), (v[i], inputs.v)):
-            static_t.zero_()
-            static_t[:n].copy_(real_t)
-        out_buffers[i].fill_(float("nan"))
-    backend.init_forward_metadata_out_graph(static)
-    check_backend(backend, f"replay init_forward_metadata_out_graph (bs {real_fb.batch_size} padded to {capture_bs})",
-                  guards.capacity)
-    if plan.capture:
-        graph.replay()
-        torch.cuda.synchronize()
-    else:
-        graph_outputs = run_once()
-    guards.check("after replay")
-    return [out[: s.q.shape[0]].clone() for out, s in zip(graph_outputs, step_inputs)]
+    def _load(self, padded) -> None:
+        """Copy a padded batch into the static buffers, as the runner does before each replay."""
+        for name in ROW_FIELDS:
+            tensor = getattr(padded, name)
+            if tensor is not None:
+                getattr(self.static, name).copy_(tensor)
+        for name in HOST_FIELDS:
+            setattr(self.static, name, getattr(padded, name))
+        self.static.spec_info = self.mode.replay_spec_info(padded.spec_info, self.static, self.plan.tokens_per_request)
+
+    def replay(self, forward_batch, step_inputs: list[StepInputs], label: str) -> list[torch.Tensor]:
+        """Each step's output for the batch's own rows; ``label`` names this replay in messages."""
+        self._load(padded_batch(forward_batch, self.plan.capture_bs, self.fill, self.plan.tokens_per_request))
+        for i, inputs in enumerate(step_inputs):
+            n = inputs.q.shape[0]
+            for static_t, real_t in ((self.q[i], inputs.q), (self.k[i], inputs.k), (self.v[i], inputs.v)):
+                static_t.zero_()
+                static_t[:n].copy_(real_t)
+            self.out_buffers[i].fill_(float("nan"))
+        self.backend.init_forward_metadata_out_graph(self.static)
+        check_backend(self.backend, f"{label} init_forward_metadata_out_graph (padded to {self.plan.capture_bs})",
+                      self.guards.capacity)
+        if self.plan.capture:
+            self.graph.replay()
+            torch.cuda.synchronize()
+            outputs = self.outputs
+        else:
+            outputs = self._run_once()
+        self.guards.check(f"after {label}")
+        return [out[: s.q.shape[0]].clone() for out, s in zip(outputs, step_inputs)]
+
