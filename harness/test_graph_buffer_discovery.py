@@ -156,8 +156,8 @@ def test_real_triton_kv_indices_overrun_trips_its_canary(monkeypatch):
 
     overrun_after_metadata_init(monkeypatch, TritonAttnBackend, lambda backend: backend.cuda_graph_kv_indices)
     with pytest.raises(CanaryTripped, match=re.escape(
-            "after capture: out-of-bounds write past cuda_graph_kv_indices: element 512 changed, but it "
-            "holds 512 int64 elements (recorded when guarded)")):
+            "after capture: out-of-bounds write past cuda_graph_kv_indices: element 32768 changed, but it "
+            "holds 32768 int64 elements (recorded when guarded)")):
         run_cell(matrix_cell("target_verify-chain-bs2-dtypefloat32-triton-cg_meta-cbs2-nopad"))
 
 

@@ -56,6 +56,6 @@ def test_real_triton_draft_backend_sized_without_topk_fails_the_cell(monkeypatch
                         lambda num_seqs, topk, max_context_len: num_seqs * max_context_len)
     control = matrix_cell("draft_decode-topk4-long-bs4-dtypefloat32-triton-cg_meta-cbs8-prod_fill")
     with pytest.raises(InvariantViolation, match=re.escape(
-            "cuda_graph_kv_indices row holds 1024 indices, but 8 captured requests x 4 branches x "
-            "context 128 need 4096")):
+            "cuda_graph_kv_indices row holds 32768 indices, but 8 captured requests x 4 branches x "
+            "context 4096 need 131072")):
         run_cell(control)
