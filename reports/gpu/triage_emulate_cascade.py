@@ -1,5 +1,14 @@
 """Emulate a two-part (cascade) attention whose partial outputs are rounded to bf16, on the
-harness's own draws for a failing GPU cell, and report the census-head error it implies."""
+harness's own draws for a failing GPU cell, and report the census-head error it implies.
+
+The draws must be the GPU run's, so this runs against the harness as it was then (the figures
+in TRIAGE.md came from commit cd5d6eb; later commits changed run_cell's and build_state's
+interfaces):
+
+    git worktree add --detach /tmp/census-triage cd5d6eb
+    PYTHONPATH=/tmp/census-triage python reports/gpu/triage_emulate_cascade.py \
+        target_verify-tree-bs3-dtypebfloat16 6 small_real prefix
+"""
 import sys, torch
 from harness.cases import load_all_cases
 from harness.modes import MODES
