@@ -18,6 +18,29 @@ from harness.runners import GRAPH_RUNNER_NAMES
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
+    from harness.modes.base import SpecMode
+
+
+# A case that states no context_len runs on a model of at least this context (Llama-2 class):
+# production sizes buffers from the model, not from the requests in flight, so short requests
+# meet wide buffers as they do there.
+DEFAULT_MODEL_CONTEXT_LEN = 4096
+
+
+def max_request_len(context_len: int) -> int:
+    """The longest committed prefix a request reaches: sglang's max_req_len (tp_worker: context_len - 1)."""
+    return context_len - 1
+
+
+def model_context_len(spec: "CaseSpec") -> int:
+    """The model's context length: the case's, or the default doubled until the longest prefix fits.
+
+    Never derived to just fit the case: backends size their buffers from it as they do in production.
+    """
+    context_len = spec.context_len or DEFAULT_MODEL_CONTEXT_LEN
+    while not spec.context_len and max_request_len(context_len) < max(spec.prefix_lens):
+        context_len *= 2
+    return context_len
 
 
 @dataclass(frozen=True)
@@ -135,11 +158,10 @@ BUFFERS = (
 )
 
 
-def largest_cell_sizes(mode, spec: "CaseSpec") -> CellSizes:
+def largest_cell_sizes(mode: "SpecMode", spec: "CaseSpec") -> CellSizes:
     """The sizes of the case's largest cell: its largest capture size, padded with small_real rows."""
     import torch
 
-    from harness.pools import model_context_len
 
     rows = mode.row_lens(spec)
     graph = any(runner in GRAPH_RUNNER_NAMES for runner in spec.runners)
@@ -157,12 +179,11 @@ def _gib(size: int) -> str:
     return f"{size / (1 << 30):,.1f} GiB"
 
 
-def case_problem(mode, spec: "CaseSpec") -> tuple[str, str] | None:
+def case_problem(mode: "SpecMode", spec: "CaseSpec") -> tuple[str, str] | None:
     """(field, what is wrong) when the case needs what no cell can have, else None.
 
     Runs after the mode accepted the case, so row lengths are the mode's own.
     """
-    from harness.pools import max_request_len
 
     longest = max(spec.prefix_lens)
     if spec.context_len and max_request_len(spec.context_len) < longest:

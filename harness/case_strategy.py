@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from harness.backends import BACKENDS
+from harness.case_limits import max_request_len
 from harness.cases import CaseSpec, HostMirrors, KvLayout, PadStyle, spec_problem
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, cell_cost, machine_runs
 from harness.modes import MODES
-from harness.pools import max_request_len
 from harness.runners import RUNNER_FORMS
 from harness.sglang_env import decode_capture_sizes
 

@@ -1,13 +1,18 @@
-"""The cell matrix: every (case, backend, runner form, padding) a run covers, with readable ids."""
+"""The cell matrix: every (case, backend, runner form, padding) a run covers, with readable ids and
+the one-line command that reruns each."""
 
 from __future__ import annotations
 
+import shlex
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.backends import BACKENDS
-from harness.cases import Case
+from harness.cases import CASES_DIR, Case
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -77,3 +82,32 @@ def in_shard(cell: Cell, shard: tuple[int, int]) -> bool:
     """
     number, total = shard
     return zlib.crc32(cell.cell_id.encode()) % total == number - 1
+
+
+def _repo_path(value: str) -> str:
+    """A path as a command run from the repository root needs it: relative inside the repo, else absolute."""
+    path = Path(value).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+# Options of the first run that change what a cell is, so a rerun must repeat them:
+# option -> (its default, how to write a value for a command run from the repository root).
+CELL_DEFINING_OPTIONS = {"--cases-dir": (_repo_path(str(CASES_DIR)), _repo_path), "--replay": (None, str),
+                         # a generated cell exists only when drawn again (harness/generated_plugin.py)
+                         "--generated": ("0", str), "--generated-seed": ("0", str),
+                         "--generated-profile": (None, str)}
+
+
+def cell_defining_args(getoption) -> list[str]:
+    """The first run's options that a rerun of one of its cells needs (non-default ones only)."""
+    args = []
+    for option, (default, spell) in CELL_DEFINING_OPTIONS.items():
+        value = getoption(option)
+        if value is not None and spell(value) != default:
+            args += [option, spell(value)]
+    return args
+
+
+def rerun_command(nodeid: str, args: list[str]) -> str:
+    """The one-line command a user runs to reproduce one cell."""
+    return shlex.join(["pytest", nodeid, *args])

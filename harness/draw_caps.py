@@ -17,6 +17,7 @@ from harness import platform
 from harness.backends import BACKENDS
 from harness.case_limits import BUFFERS, largest_cell_sizes
 from harness.cases import CaseSpec
+from harness.modes.base import SpecMode
 from harness.runners import RUNNER_FORMS
 from harness.sglang_env import decode_capture_sizes
 
@@ -81,7 +82,7 @@ class CellCost:
         return None
 
 
-def cell_cost(mode, spec: CaseSpec, graph: bool) -> CellCost:
+def cell_cost(mode: SpecMode, spec: CaseSpec, graph: bool) -> CellCost:
     """Upper bounds of one cell's memory and work (a graph form also runs the batch eagerly)."""
     row_lens = mode.row_lens(spec)
     sizes = largest_cell_sizes(mode, spec)

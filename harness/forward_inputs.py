@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.key_census import census_heads
+from harness.compare import census_heads
 from harness.pools import BatchState
 from harness.reference import reference_attention
 
@@ -30,7 +30,7 @@ class StepInputs:
 def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> list[StepInputs]:
     """Draw every step's Q/K/V and compute the reference, in step order.
 
-    Q is random except in the key-census head (harness/key_census.py), where it is 0.
+    Q is random except in the key-census head (harness/compare.py), where it is 0.
 
     Later draft-decode steps see K/V written by earlier ones, so the harness
     copy of each row is updated step by step before that step's reference.

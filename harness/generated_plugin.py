@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness import platform
-from harness.cell_matrix import expand_cells, in_shard
+from harness.cell_matrix import expand_cells, in_shard, rerun_command
 from harness.draw_caps import PROFILES
-from harness.lone_run import rerun_command
 from harness.generated import Generated, generated_tier
 from harness.results import REPORTS_DIR
 from harness.shrink import CellExecutor, Shrunk, shrink
@@ -50,7 +49,7 @@ class GeneratedRun:
     by_cell: dict[str, Generated]
     budget_s: float
     controller: bool  # False in an xdist worker: it only runs cells (and honours the budget)
-    cell_args: list[str]  # the options that draw these cells again, for rerun lines (harness/lone_run.py)
+    cell_args: list[str]  # the options that draw these cells again, for rerun lines (harness/cell_matrix.py)
     outcomes: dict[str, str] = field(default_factory=dict)  # cell id -> outcome
     cell_s: float = 0.0
     failures: list[str] = field(default_factory=list)  # failed or crashed cell ids, in report order

@@ -3,40 +3,32 @@
 A crash in a shared worker is not proof against the cell that was running: under Triton's CPU
 interpreter an out-of-bounds write by one cell can kill a later one, and on a GPU a stray write
 can poison the context for whoever launches next. Only the cell alone, in a process of its own,
-tells. Crash attribution (harness/crash_attribution.py) and sanitizer re-runs
-(harness/sanitizer.py) both use this; the lone run's own records go to a sub-folder of the run
-folder, which merge does not read.
+tells. Crash attribution (below) and sanitizer re-runs (harness/sanitizer.py) both use this;
+the lone run's own records go to a sub-folder of the run folder, which merge does not read.
+
+Crash attribution: each cell recorded as crashed is re-run alone to see whether the crash is
+its own. A worker dies with whichever cell it was running, but the cause may be an earlier cell of the
+same worker (an out-of-bounds write under Triton's CPU interpreter, a poisoned CUDA context). The
+lone run's verdict goes into the cell's record: `reproduced_alone` true (its own crash), false
+(it passed or failed alone: look at what ran before it in that worker), or null (not re-run, over
+the budget, or the lone run told nothing), with `lone_run` saying what the lone run did.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
-from harness.cases import CASES_DIR
 from harness.results import REPORTS_DIR, RUN_ID_ENV, read_records, run_id
 
 ROOT = Path(__file__).resolve().parent.parent
 LONE_TIMEOUT_S = 600
-
-
-def _repo_path(value: str) -> str:
-    """A path as a command run from the repository root needs it: relative inside the repo, else absolute."""
-    path = Path(value).resolve()
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
-# Options of the first run that change what a cell is, so a rerun must repeat them:
-# option -> (its default, how to write a value for a command run from the repository root).
-CELL_DEFINING_OPTIONS = {"--cases-dir": (_repo_path(str(CASES_DIR)), _repo_path), "--replay": (None, str),
-                         # a generated cell exists only when drawn again (harness/generated_plugin.py)
-                         "--generated": ("0", str), "--generated-seed": ("0", str),
-                         "--generated-profile": (None, str)}
+CONFIRM_DEFAULT = 5  # lone re-runs per session; each costs a process start (and, on a GPU, a CUDA context)
 
 
 @dataclass(frozen=True)
@@ -44,21 +36,6 @@ class LoneOutcome:
     status: str | None  # the cell's status alone ("crashed" also for a process killed by a signal); None: unknown
     message: str  # one line: what the lone run recorded, the signal that killed it, or why nothing was learned
     output: str  # the process's stdout and stderr
-
-
-def cell_defining_args(getoption) -> list[str]:
-    """The first run's options that a rerun of one of its cells needs (non-default ones only)."""
-    args = []
-    for option, (default, spell) in CELL_DEFINING_OPTIONS.items():
-        value = getoption(option)
-        if value is not None and spell(value) != default:
-            args += [option, spell(value)]
-    return args
-
-
-def rerun_command(nodeid: str, args: list[str]) -> str:
-    """The one-line command a user runs to reproduce one cell."""
-    return shlex.join(["pytest", nodeid, *args])
 
 
 def _fatal_line(output: str) -> str:
@@ -94,3 +71,33 @@ def run_alone(nodeid: str, args: list[str], label: str, *, prefix: tuple[str, ..
         fatal = _fatal_line(output)
         return LoneOutcome("crashed", f"crashed: process killed by {name}" + (f" ({fatal})" if fatal else ""), output)
     return LoneOutcome(None, f"no result recorded (exit {done.returncode}): {_last_line(output)}", output)
+
+
+def confirm_crashes(crashed: Sequence[dict], args: list[str], budget: int, say: Callable[[str], None],
+                    timeout: float = LONE_TIMEOUT_S) -> dict[str, dict]:
+    """Re-run up to `budget` crashed cells alone; return the fields to add to each crashed cell's record."""
+    notes = {}
+    for index, record in enumerate(crashed):
+        if index >= budget:
+            notes[record["cell_id"]] = {"reproduced_alone": None,
+                                        "lone_run": f"not re-run: over the --confirm-crashes {budget} budget"}
+            continue
+        outcome = run_alone(record["nodeid"], args, f"lone-crash-{index}", timeout=timeout)
+        reproduced = None if outcome.status is None else outcome.status == "crashed"
+        notes[record["cell_id"]] = {"reproduced_alone": reproduced, "lone_run": outcome.message}
+        say(f"crash attribution: {record['cell_id']}: "
+            + {True: "reproduced alone", False: "DID NOT reproduce alone (the crash may belong to a cell "
+               "that ran before it in the same worker)", None: "not confirmed alone"}[reproduced]
+            + f" -> {outcome.message}")
+    return notes
+
+
+def attribution_summary(notes: dict[str, dict]) -> str | None:
+    """One line for the end of the run: how many crashes were confirmed, refuted, left open."""
+    if not notes:
+        return None
+    verdicts = [fields["reproduced_alone"] for fields in notes.values()]
+    refuted = sorted(cell_id for cell_id, fields in notes.items() if fields["reproduced_alone"] is False)
+    return (f"crash attribution: {len(notes)} crashed cells: {verdicts.count(True)} reproduced alone, "
+            f"{len(refuted)} did not{': ' + ', '.join(refuted) if refuted else ''}, "
+            f"{verdicts.count(None)} unconfirmed")

@@ -4,6 +4,11 @@ Everything a backend could read that no request owns is NaN: unused KV slots,
 and req_to_token entries past a request's length (they point at a poisoned
 slot). A backend that reads the wrong memory therefore produces NaN, which the
 comparison reports, instead of plausible numbers.
+
+Where each request's tokens live (SlotLayout: pool rows and KV slots) is deliberately untidy.
+Backends index the KV pool through ``req_to_token``; a harness that only ever uses contiguous
+slots and pool rows 0..bs-1 cannot see indexing bugs that mix up requests or assume monotonic
+slots. The default layout shuffles pages and pool rows; the others are selectable per case.
 """
 
 from __future__ import annotations
@@ -13,30 +18,79 @@ from types import SimpleNamespace
 
 import torch
 
+from harness.case_limits import model_context_len
 from harness.cases import CaseSpec
-from harness.kv_layout import KvLayout
 from harness.releases import since
 
-# A case that states no context_len runs on a model of at least this context (Llama-2 class):
-# production sizes buffers from the model, not from the requests in flight, so short requests
-# meet wide buffers as they do there.
-DEFAULT_MODEL_CONTEXT_LEN = 4096
+# Slot page 0 is sglang's reserved padding page (CUDA-graph padded rows read it);
+# page 1 is ours: never allocated, left poisoned, and every unused req_to_token
+# entry points at it, so a backend reading past a request's length reads NaN.
+RESERVED_PAGES = 2
+POISON_PAGE = 1
+SPARE_FRACTION = 0.25
 
 
-def max_request_len(context_len: int) -> int:
-    """The longest committed prefix a request reaches: sglang's max_req_len (tp_worker: context_len - 1)."""
-    return context_len - 1
+@dataclass(frozen=True)
+class SlotLayout:
+    page_size: int
+    pool_slots: int  # KV pool size in tokens (excluding sglang's extra page)
+    pool_rows: int  # ReqToTokenPool size (row 0 is sglang's padding row)
+    req_pool_indices: list[int]
+    row_slots: list[list[int]]  # per request: slot of row position 0..len-1
+
+    @property
+    def poison_slot(self) -> int:
+        return POISON_PAGE * self.page_size
 
 
-def model_context_len(spec: CaseSpec) -> int:
-    """The model's context length: the case's, or the default doubled until the longest prefix fits.
+def _page_order(style: str, pages_per_req: list[int], spare: int, gen: torch.Generator) -> list[list[int]]:
+    """Assign page ids (>= RESERVED_PAGES) to requests following ``style``."""
+    total = sum(pages_per_req)
+    ids = list(range(RESERVED_PAGES, RESERVED_PAGES + total + spare))
+    if style == "shuffled":
+        perm = torch.randperm(len(ids), generator=gen).tolist()
+        ids = [ids[i] for i in perm]
+    if style == "interleaved":
+        assigned: list[list[int]] = [[] for _ in pages_per_req]
+        cursor = iter(ids)
+        for round_ in range(max(pages_per_req, default=0)):
+            for req, need in enumerate(pages_per_req):
+                if round_ < need:
+                    assigned[req].append(next(cursor))
+        return assigned
+    assigned, start = [], 0
+    for need in pages_per_req:
+        chunk = ids[start:start + need]
+        assigned.append(chunk[::-1] if style == "non_monotonic" else chunk)
+        start += need
+    return assigned
 
-    Never derived to just fit the case: backends size their buffers from it as they do in production.
+
+def build_layout(style: str, row_lens: list[int], page_size: int, seed: int,
+                 extra_rows: int = 0) -> SlotLayout:
+    """Place ``row_lens[r]`` tokens for each request r.
+
+    ``extra_rows`` reserves more pool rows than requests, so pool indices are
+    sparse and CUDA-graph padding has room.
     """
-    context_len = spec.context_len or DEFAULT_MODEL_CONTEXT_LEN
-    while not spec.context_len and max_request_len(context_len) < max(spec.prefix_lens):
-        context_len *= 2
-    return context_len
+    gen = torch.Generator().manual_seed(seed)
+    pages_per_req = [-(-n // page_size) for n in row_lens]
+    spare = max(1, int(sum(pages_per_req) * SPARE_FRACTION))
+    pages = _page_order(style, pages_per_req, spare, gen)
+    row_slots = [
+        [pages[r][t // page_size] * page_size + t % page_size for t in range(n)]
+        for r, n in enumerate(row_lens)
+    ]
+    bs = len(row_lens)
+    pool_rows = 2 * bs + extra_rows + 1
+    if style in ("shuffled", "non_monotonic"):
+        rows = (torch.randperm(pool_rows - 1, generator=gen) + 1)[:bs].tolist()
+        if rows == list(range(1, bs + 1)):  # the draw came out tidy: make it untidy on purpose
+            rows = list(range(bs + 1, 1, -1))
+    else:
+        rows = list(range(1, bs + 1))
+    total_pages = RESERVED_PAGES + sum(pages_per_req) + spare
+    return SlotLayout(page_size, total_pages * page_size, pool_rows, rows, row_slots)
 
 
 def _headroom_from_server_args(server_args) -> int:
@@ -70,7 +124,7 @@ class BatchState:
     """Pools as a backend sees them, and the truth the reference uses."""
 
     spec: CaseSpec
-    layout: KvLayout
+    layout: SlotLayout
     device: str
     pools: SimpleNamespace
     row_k: list[torch.Tensor]  # per request [row_len, kv_heads, head_dim], NaN where unwritten
@@ -94,7 +148,7 @@ class BatchState:
             self.row_v[request][position] = v[row].cpu()
 
 
-def build_state(spec: CaseSpec, layout: KvLayout, row_lens: list[int], device: str, server_args) -> BatchState:
+def build_state(spec: CaseSpec, layout: SlotLayout, row_lens: list[int], device: str, server_args) -> BatchState:
     """Called inside sglang_state: the req_to_token width is sglang's answer for these server args."""
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 

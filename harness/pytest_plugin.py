@@ -19,10 +19,9 @@ import pytest
 from harness import cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
-from harness.cell_matrix import expand_cells, in_shard, skip_reason
-from harness.crash_attribution import CONFIRM_DEFAULT, attribution_summary, confirm_crashes
+from harness.cell_matrix import cell_defining_args, expand_cells, in_shard, rerun_command, skip_reason
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
-from harness.lone_run import LONE_TIMEOUT_S, cell_defining_args, rerun_command
+from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summary, confirm_crashes
 from harness.reporting.totals import totals_line
 from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
 from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize

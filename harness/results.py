@@ -9,14 +9,22 @@ Files, each written as soon as its facts are known so that a crash loses nothing
   sanitizer findings), keyed by cell id; merge folds them into results.json.
 - `run.json`: the run's facts (device, versions, command, wall time).
 harness/reporting reads them back.
+
+Phase timings (``phase_s`` in a record) say where a cell's time goes: wall seconds per phase,
+in the order a cell runs them. ``imports`` is what sglang costs the first cell a
+worker runs (later cells find the modules loaded); the others are paid by every cell. What the
+phases leave out of the cell's pytest wall time is pytest's own per-cell work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
+import time
 from pathlib import Path
+from typing import Iterator
 
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 RUN_ID_ENV = "ATTN_HARNESS_RUN_ID"
@@ -90,3 +98,33 @@ def write_run_info(info: dict, base: Path = REPORTS_DIR) -> Path:
     path = run_dir(base) / "run.json"
     path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return path
+
+
+PHASES = (
+    "imports",  # sglang's modules, once per worker process
+    "layout_pools",  # KV layout, ReqToTokenPool / MHATokenToKVPool filled and poisoned, server args
+    "backend",  # model-runner stand-in and sglang's backend object
+    "inputs_reference",  # the ForwardBatch, each step's Q/K/V and the float64 reference
+    "capture",  # graph forms: init_cuda_graph_state, guards, capture-time metadata, warm-ups, capture
+    "replay",  # graph forms: per replayed batch, inputs copied in, replay metadata, the forwards
+    "eager",  # init_forward_metadata and the forwards, eagerly
+    "compare",  # outputs against the reference (and replay against eager)
+)
+
+
+class PhaseClock:
+    """Accumulates wall seconds per phase; a phase may be entered more than once."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+    def rounded(self) -> dict[str, float]:
+        return {name: round(seconds, 4) for name, seconds in self.seconds.items()}

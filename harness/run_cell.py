@@ -6,7 +6,7 @@ runner form executes it -> each step's output against the reference (and, for
 CUDA graphs, against the same batch run eagerly). A graph cell captures once and
 replays on its own batch and an extra one (harness/replay_batches.py), all
 requests in one set of pools under one backend. Each phase's wall time goes
-with the result (harness/phase_clock.py).
+with the result (harness/results.py).
 """
 
 from __future__ import annotations
@@ -26,20 +26,19 @@ import triton.language as tl
 
 from harness import platform
 from harness.backends import BACKENDS
-from harness.runners import RUNNER_FORMS
-from harness.pools import BatchState, build_state
 from harness.cases import CaseSpec
 from harness.cell_matrix import Cell, skip_reason
 from harness.compare import Comparison, compare
 from harness.forward_inputs import draw_inputs
-from harness.kv_layout import build_layout
-from harness.sglang_env import model_runner, scheduler_keeps_host_mirrors, server_fields, sglang_state
 from harness.modes import MODES
-from harness.phase_clock import PhaseClock
+from harness.modes.base import SpecMode
+from harness.pools import BatchState, build_layout, build_state
 from harness.replay_batches import ReplayBatch, cell_batch, replay_batches
+from harness.results import PhaseClock
+from harness.runners import RUNNER_FORMS
 from harness.runners.cuda_graph import CapturedGraph, GraphPlan
 from harness.runners.eager import run_eager
-
+from harness.sglang_env import model_runner, scheduler_keeps_host_mirrors, server_fields, sglang_state
 
 class CellSkipped(Exception):
     """The cell cannot run here; the message is the reason a report shows."""
@@ -48,7 +47,7 @@ class CellSkipped(Exception):
 @dataclass(frozen=True)
 class CellResult:
     comparisons: dict[str, Comparison]  # "what vs what, step i" -> comparison
-    phase_s: dict[str, float]  # wall seconds per phase (harness/phase_clock.py)
+    phase_s: dict[str, float]  # wall seconds per phase (harness/results.py)
 
     @property
     def ok(self) -> bool:
@@ -159,7 +158,7 @@ def _batch_view(state: BatchState, spec: CaseSpec, requests: slice) -> BatchStat
 
 
 @contextlib.contextmanager
-def built_backend(specs: list[CaseSpec], mode, entry, extra_rows: int,
+def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
                   clock: PhaseClock | None = None) -> Iterator[tuple]:
     """One set of pools holding the requests of every batch in ``specs``, and sglang's backend
     built on them, inside sglang's server-args state.
@@ -194,7 +193,7 @@ def _import_sglang() -> None:
     import sglang.srt.model_executor.forward_batch_info  # noqa: F401
 
 
-def _replay_all(cell: Cell, mode, backend, layer, batches: list[_Batch], context_len: int,
+def _replay_all(cell: Cell, mode: SpecMode, backend, layer, batches: list[_Batch], context_len: int,
                 clock: PhaseClock) -> tuple[dict, str, list]:
     """Capture once, replay on every batch in order, each against its reference.
 

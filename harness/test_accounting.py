@@ -21,12 +21,11 @@ import pytest
 
 from harness import platform
 from harness.accounting import NOT_RUN_LIST
-from harness.run_cell import FORCE_CRASH_ENV
-from harness.crash_attribution import confirm_crashes
-from harness.lone_run import ROOT
+from harness.lone_run import ROOT, confirm_crashes
 from harness.reporting.junit import junit_tree
 from harness.reporting.merge import merge_runs
 from harness.results import MANIFEST, REPORTS_DIR, RUN_ID_ENV
+from harness.run_cell import FORCE_CRASH_ENV
 
 DRILL_CASES = "harness/testdata/drill_cases"
 CRASHING = "*-seed[0-36]-*"  # seeds 0-3 and 6: one more than xdist restarts a single worker for

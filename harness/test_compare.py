@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.compare import compare
-from harness.tolerances import CENSUS_TOLERANCES, TOLERANCES
+from harness.compare import CENSUS_TOLERANCES, TOLERANCES, compare
 
 LABELS = ["request 0 draft token 0", "request 0 draft token 1", "request 1 draft token 0"]
 SCORED, CENSUS = 0, 2  # with 3 heads the last is the key-census head

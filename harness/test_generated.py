@@ -20,7 +20,7 @@ from harness.failure_class import CRASHED, TIMED_OUT, exception_class
 from harness.generated import generated_tier
 from harness.invariants import InvariantViolation
 from harness.modes import MODES
-from harness.pools import max_request_len
+from harness.case_limits import max_request_len
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 from harness.sglang_env import decode_capture_sizes
 from harness.shrink import CellExecutor, shrink, write_case

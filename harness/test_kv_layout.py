@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from harness.kv_layout import POISON_PAGE, RESERVED_PAGES, build_layout
+from harness.pools import POISON_PAGE, RESERVED_PAGES, build_layout
 
 STYLES = ("shuffled", "contiguous", "interleaved", "non_monotonic")
 ROW_LENS = [[9, 1, 40], [33, 17], [5], [64, 64, 3, 20]]

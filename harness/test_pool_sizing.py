@@ -14,7 +14,8 @@ import pytest
 
 from harness.cases import CaseSpec
 from harness.modes import MODES
-from harness.pools import DEFAULT_MODEL_CONTEXT_LEN, model_context_len, req_to_token_width
+from harness.case_limits import DEFAULT_MODEL_CONTEXT_LEN, model_context_len
+from harness.pools import req_to_token_width
 from harness.sglang_env import server_fields, sglang_state
 
 SHAPES = {  # (mode, fields): the page-aligned reserve only applies with pages and a tree

@@ -4,9 +4,10 @@ Adding a mode is its module here (a class with the SpecMode hooks of base.py) pl
 cases/<mode>.yaml; the case schema, matrix and reports read the names from MODES.
 """
 
+from harness.modes.base import SpecMode
 from harness.modes.draft_decode import MODE as DRAFT_DECODE
 from harness.modes.draft_extend_v2 import MODE as DRAFT_EXTEND_V2
 from harness.modes.ngram_verify import MODE as NGRAM_VERIFY
 from harness.modes.target_verify import MODE as TARGET_VERIFY
 
-MODES = {mode.name: mode for mode in (TARGET_VERIFY, NGRAM_VERIFY, DRAFT_EXTEND_V2, DRAFT_DECODE)}
+MODES: dict[str, SpecMode] = {mode.name: mode for mode in (TARGET_VERIFY, NGRAM_VERIFY, DRAFT_EXTEND_V2, DRAFT_DECODE)}

@@ -64,14 +64,14 @@ CELL_FIELDS: dict[str, _Field] = {
     "nodeid": _Field(_TEXT),
     "rerun": _Field(_TEXT),
 }
-# Added after the run by crash attribution (harness/crash_attribution.py) and sanitizer re-runs
+# Added after the run by crash attribution (harness/lone_run.py) and sanitizer re-runs
 # (harness/sanitizer.py), or by the worker for an executed cell (phase_s); absent from records
 # that predate them.
 OPTIONAL_FIELDS: dict[str, _Field] = {
     "reproduced_alone": _Field((bool,), nullable=True),  # did the crash happen again in a fresh process?
     "lone_run": _Field(_TEXT, nullable=True),  # what that lone run said
     "sanitizer": _Field((dict,), nullable=True),  # tool -> its first error block (or why none)
-    "phase_s": _Field((dict,), nullable=True),  # wall seconds per phase (harness/phase_clock.py)
+    "phase_s": _Field((dict,), nullable=True),  # wall seconds per phase (harness/results.py)
 }
 TOLERANCE_KEYS = ("atol", "rtol")
 # Fields that only mean something for CUDA-graph replay.

@@ -1,13 +1,13 @@
 """Where a run's time went: the phase timings of its executed cells, summed per runner form.
 
-Each executed cell's record carries ``phase_s`` (harness/phase_clock.py); what a cell's pytest
+Each executed cell's record carries ``phase_s`` (harness/results.py); what a cell's pytest
 wall time holds beyond its phases is pytest's own per-cell work (``pytest``), and what the run's
 wall time holds beyond its cells' (divided over the workers) is start-up and collection.
 """
 
 from __future__ import annotations
 
-from harness.phase_clock import PHASES
+from harness.results import PHASES
 
 
 def _row(label: str, cells: list[dict]) -> str:
@@ -22,7 +22,7 @@ def render_phases(results: dict) -> str:
     """A markdown table: per runner form, cells, seconds and each phase's seconds (share)."""
     timed = [cell for cell in results["cells"] if cell.get("phase_s") and cell["wall_s"] is not None]
     if not timed:
-        return "no executed cell carries phase timings (records written before harness/phase_clock.py?)\n"
+        return "no executed cell carries phase timings (records written before phase timings existed?)\n"
     runners = sorted({cell["runner"] for cell in timed})
     header = ["runner", "cells", "cell s", "s / cell", *PHASES, "pytest"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]

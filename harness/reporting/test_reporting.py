@@ -347,7 +347,7 @@ def test_digest_xpass_alone_does_not_alarm(tmp_path):
 # phases ---------------------------------------------------------------------------------------
 
 def test_phases_sum_per_runner_and_leave_the_rest_to_pytest(tmp_path, capsys):
-    from harness.phase_clock import PHASES
+    from harness.results import PHASES
 
     def timed(wall_s, **seconds):
         return {**dict.fromkeys(PHASES, 0.0), **seconds}, wall_s

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.forward_inputs import StepInputs
 from harness.backends import BACKENDS
+from harness.forward_inputs import StepInputs
 from harness.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
 from harness.guards import Guards
 from harness.invariants import check_backend, check_graph_capacity
+from harness.modes.base import SpecMode
 from harness.runners.padding import HOST_FIELDS, PADDED_ROW, ROW_FIELDS, padded_batch
 
 
@@ -50,7 +51,7 @@ def fill_value(backend) -> int:
 class CapturedGraph:
     """One backend's graph state, captured once; ``replay`` runs it on any batch that fits."""
 
-    def __init__(self, mode, backend, layer, plan: GraphPlan, template, inputs: list[StepInputs]):
+    def __init__(self, mode: SpecMode, backend, layer, plan: GraphPlan, template, inputs: list[StepInputs]):
         """``template``: a real batch (its fields and spec_info shape the static batch);
         ``inputs``: its step inputs (their shapes, the static Q/K/V's)."""
         self.mode, self.backend, self.layer, self.plan = mode, backend, layer, plan

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.forward_inputs import StepInputs
 from harness.invariants import check_backend
 
+if TYPE_CHECKING:
+    from harness.modes.base import SpecMode
 
-def run_eager(mode, backend, forward_batch, step_inputs: list[StepInputs], layer) -> list:
+
+def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInputs], layer) -> list:
     """Return each step's output [tokens, heads * head_dim]."""
     backend.init_forward_metadata(forward_batch)
     check_backend(backend, "eager init_forward_metadata")
