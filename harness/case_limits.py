@@ -162,7 +162,6 @@ def largest_cell_sizes(mode: "SpecMode", spec: "CaseSpec") -> CellSizes:
     """The sizes of the case's largest cell: its largest capture size, padded with small_real rows."""
     import torch
 
-
     rows = mode.row_lens(spec)
     graph = any(runner in GRAPH_RUNNER_NAMES for runner in spec.runners)
     page = spec.page_size
@@ -184,7 +183,6 @@ def case_problem(mode: "SpecMode", spec: "CaseSpec") -> tuple[str, str] | None:
 
     Runs after the mode accepted the case, so row lengths are the mode's own.
     """
-
     longest = max(spec.prefix_lens)
     if spec.context_len and max_request_len(spec.context_len) < longest:
         return "context_len", (f"{spec.context_len} leaves a committed prefix at most "

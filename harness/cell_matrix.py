@@ -10,9 +10,8 @@ from pathlib import Path
 
 from harness.backends import BACKENDS
 from harness.cases import CASES_DIR, Case
+from harness.cli import ROOT
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ def render_phases(results: dict) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     lines += [_row(runner, [cell for cell in timed if cell["runner"] == runner]) for runner in runners]
     lines.append(_row("all", timed))
+    cell_s = sum(cell["wall_s"] for cell in results["cells"] if cell["wall_s"] is not None)
     for run in results["runs"]:
         workers = run.get("workers") or 1
-        cell_s = sum(cell["wall_s"] for cell in results["cells"] if cell["wall_s"] is not None)
         lines.append(f"\nrun {run.get('run_id')}: wall {run.get('wall_s')} s with {workers} worker(s); "
                      f"cells {cell_s:.1f} s in all ({cell_s / workers:.1f} s per worker), skipped cells "
                      "included; the rest is start-up, collection and the session's end")
