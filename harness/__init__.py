@@ -1,3 +1,7 @@
 """attn-harness: differential tests of sglang attention backends under speculative decoding."""
 
+from pathlib import Path
+
 from harness import platform as _platform  # noqa: F401  (sets TRITON_INTERPRET before torch)
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository: cases/, reports/, locks/, KNOWN_FAILURES.md

@@ -13,14 +13,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-from harness import cli, gpu_slots, platform
+from harness import ROOT, cli, gpu_slots, platform
 from harness.reporting.cell_schema import load_results
 from harness.reporting.totals import totals_line
 from harness.results import REPORTS_DIR, RUN_ID_ENV, run_id
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _step(*args: str) -> int:

@@ -21,12 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-from harness import cli, gpu_slots, platform
+from harness import ROOT, cli, gpu_slots, platform
 from harness.bench_timer import TIMES_ENV
 from harness.reporting.outcomes import differences, load_cells, outcomes
 from harness.results import REPORTS_DIR, RUN_ID_ENV
 
-ROOT = Path(__file__).resolve().parent.parent
 KERNEL_CACHES = (Path.home() / ".cache" / "flashinfer", Path.home() / ".triton" / "cache")
 PHASES = ("start + imports", "collection", "cells", "wind-down")
 PER_PROCESS = "per process start + imports"  # the median over the processes that ran cells

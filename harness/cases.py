@@ -24,7 +24,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from harness import case_limits, case_yaml
+from harness import ROOT, case_limits, case_yaml
 from harness.backends import BACKENDS
 from harness.modes import MODES
 from harness.runners import RUNNER_NAMES
@@ -39,7 +39,7 @@ Runner = Literal[RUNNER_NAMES]
 PadStyle = Literal["prod_fill", "small_real"]
 BackendName = Literal[tuple(BACKENDS)]
 
-CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+CASES_DIR = ROOT / "cases"
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,47}")
 NAME_RULE = ("use 1 to 48 letters, digits, '-' or '_', starting with a letter or digit "

@@ -8,9 +8,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import ROOT
 from harness.backends import BACKENDS
 from harness.cases import CASES_DIR, Case
-from harness.cli import ROOT
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 
 

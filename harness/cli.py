@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT
+
 OWN_FOLDERS = (ROOT / "reports", ROOT / ".carry", Path("reports"))  # Path("reports"): the caller's
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no cell selected"}
 NO_CELL_RAN = (4, 5)  # pytest exit statuses with which it never ran a cell

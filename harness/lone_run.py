@@ -21,12 +21,11 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
+from harness import ROOT
 from harness.results import REPORTS_DIR, RUN_ID_ENV, read_records, run_id
 
-ROOT = Path(__file__).resolve().parent.parent
 LONE_TIMEOUT_S = 600
 CONFIRM_DEFAULT = 5  # lone re-runs per session; each costs a process start (and, on a GPU, a CUDA context)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, gpu_slots, platform, releases
+from harness import ROOT, cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cell_matrix import cell_defining_args, expand_cells, in_shard, rerun_command, skip_reason
@@ -27,7 +27,6 @@ from harness.results import append_record, cell_record, read_records, run_dir, r
 from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
 from harness.seed_bugs import ReplayError, inject
 
-ROOT = Path(__file__).resolve().parent.parent
 KNOWN_FAILURES = ROOT / "KNOWN_FAILURES.md"
 _CONTROLLER: dict = {}  # the controller's config, for hooks that are not handed one
 CRASH_MARKERS = ("illegal memory access", "CUDA error", "device-side assert", "unspecified launch failure")

@@ -18,9 +18,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from harness import cli, platform
+from harness import ROOT, cli, platform
 from harness.results import REPORTS_DIR, RUN_ID_ENV
 from harness.seed_bugs import SEED_BUGS
 
@@ -45,7 +44,7 @@ def _run(bug_id: str | None, selector: str | None, workers: str, tier: Tier) -> 
                "harness/test_cases.py", *(["-k", selector] if selector else []), *tier.pytest_args]
     if bug_id:
         command += ["--replay", bug_id]
-    done = subprocess.run(command, env={**os.environ, RUN_ID_ENV: run}, cwd=Path(__file__).parent.parent,
+    done = subprocess.run(command, env={**os.environ, RUN_ID_ENV: run}, cwd=ROOT,
                           capture_output=True, text=True, check=False)
     if done.returncode in (3, 4):  # internal or usage error: the replay itself did not apply
         tail = (done.stderr + done.stdout).strip().splitlines()[-3:]
@@ -60,7 +59,7 @@ def _contract_results(bug_id: str | None, selector: str) -> list[dict]:
                "harness/test_host_mirror_contract.py", "-k", selector, "-rfE"]
     if bug_id:
         command += ["--replay", bug_id]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     return [{"cell_id": line.split("::")[-1].split(" ")[0], "status": "failed",
              "reason": line.partition(" - ")[2][:300]} for line in failed]

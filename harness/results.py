@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
+from harness import ROOT
+
+REPORTS_DIR = ROOT / "reports"
 RUN_ID_ENV = "ATTN_HARNESS_RUN_ID"
 MANIFEST = "collected.json"
 NOTES_GLOB = "notes-*.json"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from harness import ROOT
 from harness.case_strategy import DrawnCase
 from harness.cases import CaseSpec
 from harness.cell_worker import OUTCOME_MARK
@@ -31,7 +32,6 @@ from harness.draw_caps import DrawProfile
 from harness.failure_class import CRASHED, TIMED_OUT
 from harness.generated import Generated, generated_name, run_pass
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class CellExecutor:

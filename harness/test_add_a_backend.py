@@ -13,9 +13,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT
+
 
 CHILD = textwrap.dedent("""
     import dataclasses, sys

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import ROOT
 from harness.reporting.test_reporting import RUN, make_cell
 from harness.results import RUN_ID_ENV
 from harness.wheelhouse.manifest import FORMAT as MANIFEST_FORMAT
 
-ROOT = Path(__file__).resolve().parent.parent
 BAD_CASE = Path(__file__).parent / "testdata" / "bad_cases" / "int_as_quoted_text.yaml"
 NOT_IN_SNAPSHOT = {".git", "__pycache__", ".pytest_cache", ".venv", ".venvs"}
 

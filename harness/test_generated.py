@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import ROOT
 from harness.case_strategy import DrawnCase
 from harness.cases import load_case_file
 from harness.cell_matrix import expand_cells
@@ -25,7 +26,6 @@ from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 from harness.sglang_env import decode_capture_sizes
 from harness.shrink import CellExecutor, shrink, write_case
 
-ROOT = Path(__file__).resolve().parent.parent
 DRAWS = 100
 
 

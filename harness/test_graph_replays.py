@@ -9,8 +9,6 @@ replay, and only there. Runs on CPU with the cg_meta form (on a GPU, the cuda_gr
 
 from __future__ import annotations
 
-import pytest
-
 from harness import platform
 from harness.controls import matrix_cell
 from harness.replay_batches import replay_batches

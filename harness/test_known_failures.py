@@ -1,13 +1,13 @@
 """The KNOWN_FAILURES.md ledger: what parses, what is refused with which message, what matches."""
 
-from pathlib import Path
 
 import pytest
 
+from harness import ROOT
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
 from harness.runners import RUNNER_NAMES as RUNNERS
 
-REPO_LEDGER = Path(__file__).resolve().parent.parent / "KNOWN_FAILURES.md"
+REPO_LEDGER = ROOT / "KNOWN_FAILURES.md"
 
 ENTRY = """\
 ## KF-fa4-tree-graph

@@ -26,12 +26,12 @@ import sys
 import time
 from pathlib import Path
 
+from harness import ROOT
 from harness.releases import KNOWN_RELEASES, version_key
 from harness.reporting.cell_schema import ReportingError, load_results
-from harness.reporting.markdown import markdown_table, md_cell
+from harness.reporting.markdown import markdown_table
 from harness.results import REPORTS_DIR, RUN_ID_ENV
 
-ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / "locks"
 OUT = REPORTS_DIR / "versions"
 STAMP = ".attn-harness-lock"

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from harness.reference import Query
 from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args
 

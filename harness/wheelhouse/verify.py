@@ -16,11 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import ROOT
 from harness.wheelhouse import probe, sitepaths
 from harness.wheelhouse.manifest import Manifest
 from harness.wheelhouse.table import format_table
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+
 
 # The same module paths hold in sglang 0.5.17 and 0.5.23. flashattention_backend serves FA3
 # and FA4 (fa_impl_ver); its FA4 path goes through sglang.kernels.ops.attention.flash_attention_v4,
@@ -63,7 +64,7 @@ def verify(target: Path) -> tuple[bool, str]:
     manifest = Manifest.read(target)  # install copies it there
     names = {wheel.pin: wheel.pin.split("==")[0] for wheel in manifest.wheels}
     request = json.dumps({"modules": SMOKE_IMPORTS, "versions": VERSIONS, "dists": list(names.values())})
-    result = subprocess.run([sys.executable, "-m", "harness.wheelhouse.probe", request], cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "harness.wheelhouse.probe", request], cwd=ROOT,
                             env=sitepaths.child_env(sitepaths.environment(target)), capture_output=True, text=True)
     lines = [line for line in result.stdout.splitlines() if line.startswith(probe.PREFIX)]
     if result.returncode != 0 or not lines:
