@@ -1,4 +1,5 @@
-"""Real sglang pools, filled and poisoned, plus the harness's own copy of the KV.
+"""Real sglang pools, filled and poisoned, plus the harness's own copy of the KV, and the Q/K/V each
+forward writes into them (drawn once, shared by the backend and the reference).
 
 Everything a backend could read that no request owns is NaN: unused KV slots,
 and req_to_token entries past a request's length (they point at a poisoned
@@ -15,12 +16,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import torch
 
 from harness.case_limits import model_context_len
 from harness.cases import CaseSpec
+from harness.compare import census_heads
+from harness.reference import reference_attention
 from harness.releases import since
+
+if TYPE_CHECKING:
+    from harness.modes.base import ForwardStep
 
 # Slot page 0 is sglang's reserved padding page (CUDA-graph padded rows read it);
 # page 1 is ours: never allocated, left poisoned, and every unused req_to_token
@@ -184,3 +191,40 @@ def build_state(spec: CaseSpec, layout: SlotLayout, row_lens: list[int], device:
         k_buffer[slots] = k.to(device)
         v_buffer[slots] = v.to(device)
     return state
+
+
+# --- the inputs of each forward --------------------------------------------------------------
+
+@dataclass
+class StepInputs:
+    q: torch.Tensor  # [tokens, heads * head_dim] on the device
+    k: torch.Tensor  # [tokens, kv_heads, head_dim]
+    v: torch.Tensor
+    expected: torch.Tensor  # float64 [tokens, heads, head_dim], on CPU
+
+    def poisoned_output(self) -> torch.Tensor:
+        """Output buffer handed to backends that accept one: NaN until written."""
+        return torch.full_like(self.q, float("nan"))
+
+
+def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> list[StepInputs]:
+    """Draw every step's Q/K/V and compute the reference, in step order.
+
+    Q is random except in the key-census head (harness/compare.py), where it is 0.
+
+    Later draft-decode steps see K/V written by earlier ones, so the harness
+    copy of each row is updated step by step before that step's reference.
+    """
+    spec = state.spec
+    drawn = []
+    for step in steps:
+        tokens = len(step.queries)
+        q = state.randn(tokens, spec.num_heads, spec.head_dim)
+        q[:, census_heads(spec.num_heads)] = 0
+        k = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
+        v = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
+        state.record_new_kv(step.writes, k, v)
+        expected = reference_attention(q, step.queries, state.row_k, state.row_v, scale)
+        drawn.append(StepInputs(q.reshape(tokens, -1).to(state.device), k.to(state.device),
+                                v.to(state.device), expected))
+    return drawn

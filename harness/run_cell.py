@@ -4,7 +4,7 @@ This is the path a reader follows: case -> layout and pools -> ForwardBatch as
 the scheduler fills it -> the backend entry builds sglang's backend -> the
 runner form executes it -> each step's output against the reference (and, for
 CUDA graphs, against the same batch run eagerly). A graph cell captures once and
-replays on its own batch and an extra one (harness/replay_batches.py), all
+replays on its own batch and an extra one (harness/cell_matrix.py), all
 requests in one set of pools under one backend. Each phase's wall time goes
 with the result (harness/results.py).
 """
@@ -27,17 +27,15 @@ import triton.language as tl
 from harness import platform
 from harness.backends import BACKENDS
 from harness.cases import CaseSpec
-from harness.cell_matrix import Cell, skip_reason
+from harness.cell_matrix import Cell, ReplayBatch, cell_batch, replay_batches, skip_reason
 from harness.compare import Comparison, compare
-from harness.forward_inputs import draw_inputs
 from harness.modes import MODES
 from harness.modes.base import SpecMode
-from harness.pools import BatchState, build_layout, build_state
-from harness.replay_batches import ReplayBatch, cell_batch, replay_batches
+from harness.invariants import check_backend
+from harness.pools import BatchState, StepInputs, build_layout, build_state, draw_inputs
 from harness.results import PhaseClock
 from harness.runners import RUNNER_FORMS
 from harness.runners.cuda_graph import CapturedGraph, GraphPlan
-from harness.runners.eager import run_eager
 from harness.sglang_env import model_runner, scheduler_keeps_host_mirrors, server_fields, sglang_state
 
 class CellSkipped(Exception):
@@ -217,6 +215,20 @@ def _replay_all(cell: Cell, mode: SpecMode, backend, layer, batches: list[_Batch
             own_label, own_outputs = label, outputs
         previous = batch.run
     return comparisons, own_label, own_outputs
+
+
+def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInputs], layer) -> list:
+    """The eager form: init metadata once, then one backend forward per step, as the workers do.
+
+    Returns each step's output [tokens, heads * head_dim].
+    """
+    backend.init_forward_metadata(forward_batch)
+    check_backend(backend, "eager init_forward_metadata")
+    outputs = []
+    for inputs, (step_backend, view) in zip(step_inputs, mode.step_views(backend, forward_batch)):
+        view._attn_output = inputs.poisoned_output()
+        outputs.append(step_backend.forward(inputs.q, inputs.k, inputs.v, layer, view))
+    return outputs
 
 
 def run_cell(cell: Cell) -> CellResult:

@@ -15,7 +15,7 @@ from harness.backends import BACKENDS
 from harness.case_limits import BUFFERS, largest_cell_sizes
 from harness.cases import CaseSpec
 from harness.modes import MODES
-from harness.replay_batches import with_small_real_requests
+from harness.cell_matrix import with_small_real_requests
 from harness.run_cell import built_backend
 
 CASES = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from harness import platform
 from harness.controls import matrix_cell
-from harness.replay_batches import replay_batches
+from harness.cell_matrix import replay_batches
 from harness.run_cell import run_cell
 
 FORM = "cuda_graph" if platform.HAS_GPU else "cg_meta"

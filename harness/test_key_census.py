@@ -54,7 +54,7 @@ def window_case(dtype: torch.dtype, seed: int = 0):
     k = torch.randn(keys, KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
     v = torch.randn(keys, KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
     q = torch.randn(WINDOW, HEADS, HEAD_DIM, generator=gen).to(dtype)
-    q[:, -1] = 0  # the key-census head, as harness/forward_inputs.py draws it
+    q[:, -1] = 0  # the key-census head, as harness/pools.py draws it
     queries = [Query(0, tuple(range(PREFIX + j + 1))) for j in range(WINDOW)]
     expected = reference_attention(q, queries, [k], [v], SCALE)
     return q, k, v, queries, expected
@@ -107,12 +107,12 @@ def test_census_catches_one_wrong_key_whatever_the_draw(seed):
 
 
 def test_every_draw_zeroes_q_in_the_census_head_and_expects_the_mean_of_v():
-    """harness/forward_inputs.py: the census head of each forward's Q is 0; its reference is the
+    """harness/pools.py (draw_inputs): the census head of each forward's Q is 0; its reference is the
     plain mean of V over what each query sees."""
     from types import SimpleNamespace
 
     from harness.cases import CaseSpec
-    from harness.forward_inputs import draw_inputs
+    from harness.pools import draw_inputs
     from harness.modes import TARGET_VERIFY
 
     spec = CaseSpec(name="census", bs=2, prefix_lens=[5, 3], input_lens=4, num_heads=4, num_kv_heads=2)

@@ -51,7 +51,7 @@ def test_one_wrong_key_fails_the_cell(cell_id, monkeypatch):
         result = run_cell(control)
     except CellSkipped as reason:
         pytest.skip(str(reason))
-    # The extra replay batch of a graph cell (harness/replay_batches.py) holds other requests.
+    # The extra replay batch of a graph cell (harness/cell_matrix.py, replay_batches) holds other requests.
     against_reference = {name: c for name, c in result.comparisons.items()
                          if "vs reference" in name and "extra bs" not in name}
     missed = [name for name, c in against_reference.items() if c.census_mismatch_frac == 0]

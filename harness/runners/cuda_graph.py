@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.backends import BACKENDS
-from harness.forward_inputs import StepInputs
+from harness.pools import StepInputs
 from harness.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
 from harness.guards import Guards
 from harness.invariants import check_backend, check_graph_capacity
