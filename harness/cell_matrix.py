@@ -29,15 +29,15 @@ class Cell:
         return f"{self.case.case_id}-{self.backend}-{self.runner}{graph}"
 
     @property
-    def variant(self) -> str:
-        spec = self.case.spec
-        shape = "tree" if spec.topk > 1 else "chain"
-        return shape if spec.host_mirrors == "full" else f"{shape}+{spec.host_mirrors}"
+    def draft_shape(self) -> str:
+        """'tree' where a request drafts several branches (topk > 1), else 'chain'."""
+        return "tree" if self.case.spec.topk > 1 else "chain"
 
     def record_keys(self) -> dict:
         """The fields reports group by (see harness/reporting)."""
         return dict(cell_id=self.cell_id, case=self.case.spec.name, backend=self.backend,
-                    mode=self.case.mode, variant=self.variant, runner=self.runner,
+                    mode=self.case.mode, draft_shape=self.draft_shape,
+                    host_mirrors=self.case.spec.host_mirrors, runner=self.runner,
                     padding=self.padding, capture_bs=self.capture_bs)
 
 

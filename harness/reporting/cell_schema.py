@@ -25,6 +25,7 @@ EXECUTED = frozenset(STATUSES) - {"skipped", "not_run"}
 # Outcomes of executed cells that make the run fail: a real failure, or a known failure that got fixed.
 UNEXPECTED = frozenset({"failed", "crashed", "xpassed"})
 PADDINGS = ("prod_fill", "small_real")
+DRAFT_SHAPES = ("chain", "tree")  # harness/cell_matrix.py: Cell.draft_shape
 # Display order only (reports put the verify path first); unknown modes sort after these.
 MODE_ORDER = tuple(MODES)
 
@@ -49,7 +50,8 @@ CELL_FIELDS: dict[str, _Field] = {
     "case": _Field(_TEXT),
     "backend": _Field(_TEXT),
     "mode": _Field(_TEXT),
-    "variant": _Field(_TEXT),
+    "draft_shape": _Field(_TEXT, choices=DRAFT_SHAPES),
+    "host_mirrors": _Field(_TEXT),  # the case field's value: full, gpu_only, none (harness/cases.py)
     "runner": _Field(_TEXT, choices=RUNNERS),
     "padding": _Field(_TEXT, nullable=True, choices=PADDINGS),
     "capture_bs": _Field((int,), nullable=True),

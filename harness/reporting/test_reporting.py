@@ -24,8 +24,8 @@ def make_cell(case="tree-bs3-topk2", backend="triton", mode="target_verify", run
     cell_id = f"{mode}-{case}-{backend}-{runner}"
     nodeid = f"harness/test_cases.py::test_cell[{cell_id}]"
     cell = {
-        "cell_id": cell_id, "case": case, "backend": backend, "mode": mode, "variant": "tree",
-        "runner": runner, "padding": None, "capture_bs": None, "status": status, "reason": None,
+        "cell_id": cell_id, "case": case, "backend": backend, "mode": mode, "draft_shape": "tree",
+        "host_mirrors": "full", "runner": runner, "padding": None, "capture_bs": None, "status": status, "reason": None,
         "known_failure": None, "max_abs_err": 1e-7, "max_rel_err": 3e-6, "mismatch_frac": 0.0,
         "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "wall_s": 0.4, "nodeid": nodeid,
         "rerun": f"pytest '{nodeid}'",
@@ -108,8 +108,8 @@ def test_padding_only_for_cuda_graph(tmp_path):
         merge_runs([run])
 
 
-IDENTITY_FIELDS = ("cell_id", "case", "backend", "mode", "variant", "runner", "padding", "capture_bs", "nodeid",
-                   "rerun")
+IDENTITY_FIELDS = ("cell_id", "case", "backend", "mode", "draft_shape", "host_mirrors", "runner", "padding",
+                   "capture_bs", "nodeid", "rerun")
 
 
 def write_manifest(folder, cells):
