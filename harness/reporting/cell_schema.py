@@ -103,6 +103,14 @@ def _field_problem(name: str, value: Any, spec: _Field) -> str | None:
     return None
 
 
+def _upgrade_variant(cell: dict) -> None:
+    """Records written before 2026-11-23 carry 'variant' ('tree', 'chain+gpu_only', ...), one string for
+    two facts; split it in place, so old runs still merge and compare with new ones."""
+    if "variant" in cell and "draft_shape" not in cell and isinstance(cell["variant"], str):
+        shape, _, mirrors = cell.pop("variant").partition("+")
+        cell["draft_shape"], cell["host_mirrors"] = shape, mirrors or "full"
+
+
 def validate_cell(cell: Any, where: str) -> dict:
     """Return `cell` if it follows the contract, else raise naming `where` and the field.
 
@@ -110,6 +118,7 @@ def validate_cell(cell: Any, where: str) -> dict:
     """
     if not isinstance(cell, dict):
         raise ReportingError(f"{where}: expected a JSON object, got {type(cell).__name__}")
+    _upgrade_variant(cell)
     label = f"{where}: cell {cell.get('cell_id')!r}"
     missing = [name for name in CELL_FIELDS if name not in cell]
     if missing:

@@ -102,6 +102,15 @@ def test_merge_invalid_field_names_field_and_valid_values(tmp_path):
     assert "gw1.jsonl:2" in message and "field 'status' is 'pass'" in message and "valid: passed, failed" in message
 
 
+def test_records_from_before_the_draft_shape_split_still_merge(tmp_path):
+    """A run recorded with the old 'variant' string merges as draft_shape + host_mirrors."""
+    old = {k: v for k, v in make_cell().items() if k not in ("draft_shape", "host_mirrors")}
+    run = write_run(tmp_path / "night-1", {"gw0": [{**old, "variant": "tree+gpu_only"}]})
+    (cell,) = merge_runs([run]).results["cells"]
+    assert (cell["draft_shape"], cell["host_mirrors"]) == ("tree", "gpu_only")
+    assert "variant" not in cell
+
+
 def test_padding_only_for_cuda_graph(tmp_path):
     run = write_run(tmp_path / "night-1", {"gw0": [make_cell(padding="prod_fill")]})
     with pytest.raises(ReportingError, match="field 'padding' is 'prod_fill' but runner is 'eager'"):
