@@ -20,7 +20,6 @@ from harness.reporting.totals import totals_line
 from harness.results import REPORTS_DIR, RUN_ID_ENV, run_id
 
 
-
 def _step(*args: str) -> int:
     print("+", " ".join(args), flush=True)
     return subprocess.run(args, cwd=ROOT, check=False).returncode

@@ -38,6 +38,7 @@ from harness.runners import RUNNER_FORMS
 from harness.runners.cuda_graph import CapturedGraph, GraphPlan
 from harness.sglang_env import model_runner, scheduler_keeps_host_mirrors, server_fields, sglang_state
 
+
 class CellSkipped(Exception):
     """The cell cannot run here; the message is the reason a report shows."""
 

@@ -33,7 +33,6 @@ from harness.failure_class import CRASHED, TIMED_OUT
 from harness.generated import Generated, generated_name, run_pass
 
 
-
 class CellExecutor:
     """One worker process at a time, replaced when a candidate kills or stalls it."""
 

@@ -107,7 +107,6 @@ class DraftDecode:
             views.append((step_backend, view))
         return views
 
-
     def tokens_per_request(self, spec: CaseSpec) -> int:
         return spec.topk
 

@@ -22,7 +22,6 @@ from harness.wheelhouse.manifest import Manifest
 from harness.wheelhouse.table import format_table
 
 
-
 # The same module paths hold in sglang 0.5.17 and 0.5.23. flashattention_backend serves FA3
 # and FA4 (fa_impl_ver); its FA4 path goes through sglang.kernels.ops.attention.flash_attention_v4,
 # which swallows FA4 import errors, so the vendored FA4 package is imported directly.
