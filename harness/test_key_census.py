@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.compare import compare
-from harness.reference import Query, reference_attention
+from harness.reference import Query, reference_attention, spans_of
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 64
 PREFIX, WINDOW = 253, 4  # the last window token attends 257 keys
@@ -55,7 +55,7 @@ def window_case(dtype: torch.dtype, seed: int = 0):
     v = torch.randn(keys, KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
     q = torch.randn(WINDOW, HEADS, HEAD_DIM, generator=gen).to(dtype)
     q[:, -1] = 0  # the key-census head, as harness/pools.py draws it
-    queries = [Query(0, tuple(range(PREFIX + j + 1))) for j in range(WINDOW)]
+    queries = [Query(0, spans_of(range(PREFIX + j + 1))) for j in range(WINDOW)]
     expected = reference_attention(q, queries, [k], [v], SCALE)
     return q, k, v, queries, expected
 
@@ -68,7 +68,7 @@ SWAP = {"right set": lambda seen: seen,
 
 def run(dtype: torch.dtype, attended, seed: int = 0, **kernel):
     q, k, v, queries, expected = window_case(dtype, seed)
-    out = torch.stack([flash_like(q[j], k[attended(list(query.visible))], v[attended(list(query.visible))],
+    out = torch.stack([flash_like(q[j], k[attended(list(query.positions()))], v[attended(list(query.positions()))],
                                   dtype, **kernel)
                        for j, query in enumerate(queries)])
     labels = [f"draft token {j}" for j in range(WINDOW)]
@@ -126,5 +126,5 @@ def test_every_draw_zeroes_q_in_the_census_head_and_expects_the_mean_of_v():
     q = drawn.q.view(-1, 4, 64)
     assert bool((q[:, 3] == 0).all()) and bool((q[:, :3] != 0).any(dim=-1).all())
     for row, query in enumerate(steps[0].queries):
-        mean = state.row_v[query.request][list(query.visible), 1].double().mean(dim=0)
+        mean = state.row_v[query.request][list(query.positions()), 1].double().mean(dim=0)
         torch.testing.assert_close(drawn.expected[row, 3], mean)

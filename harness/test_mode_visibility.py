@@ -21,7 +21,7 @@ def spec(**fields) -> CaseSpec:
 
 
 def visible(step) -> list[tuple[int, tuple[int, ...]]]:
-    return [(q.request, q.visible) for q in step.queries]
+    return [(q.request, q.positions()) for q in step.queries]
 
 
 def test_target_verify_chain():

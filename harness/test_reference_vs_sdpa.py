@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.reference import Query, reference_attention
+from harness.reference import Query, reference_attention, spans_of
 
 HEAD_DIM = 16
 
@@ -40,7 +40,7 @@ def check(queries: list[Query], row_lens: list[int], num_heads: int, num_kv_head
         rows = [i for i, query in enumerate(queries) if query.request == request]
         visible = torch.zeros(len(rows), length, dtype=torch.bool)
         for index, row in enumerate(rows):
-            visible[index, list(queries[row].visible)] = True
+            visible[index, list(queries[row].positions())] = True
         want = sdpa(q[rows], row_k[request], row_v[request], visible, scale)
         torch.testing.assert_close(got[rows], want, rtol=1e-12, atol=1e-12)
 
@@ -48,7 +48,7 @@ def check(queries: list[Query], row_lens: list[int], num_heads: int, num_kv_head
 @pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (4, 2), (8, 1)], ids=["mha", "gqa2", "mqa"])
 def test_causal_window_after_a_prefix(num_heads, num_kv_heads):
     prefix, window = 9, 4
-    queries = [Query(0, tuple(range(prefix + t + 1))) for t in range(window)]
+    queries = [Query(0, spans_of(range(prefix + t + 1))) for t in range(window)]
     check(queries, [prefix + window], num_heads, num_kv_heads)
 
 
@@ -60,14 +60,14 @@ def test_arbitrary_visibility_across_requests(num_heads, num_kv_heads):
     for request, length in enumerate(row_lens):
         for _ in range(4):
             picked = torch.nonzero(torch.rand(length, generator=gen) < 0.5).flatten().tolist() or [0]
-            queries.append(Query(request, tuple(picked)))
+            queries.append(Query(request, spans_of(*picked)))
     check(queries, row_lens, num_heads, num_kv_heads, seed=5)
 
 
 def test_tree_mask_ancestors_and_self():
     """A topk-2 tree after a 3-token prefix: parents [-1, 0, 0, 1, 2]."""
     prefix, ancestors = 3, [(0,), (0, 1), (0, 2), (0, 1, 3), (0, 2, 4)]
-    queries = [Query(0, (*range(prefix), *(prefix + a for a in chain))) for chain in ancestors]
+    queries = [Query(0, spans_of(range(prefix), *(prefix + a for a in chain))) for chain in ancestors]
     check(queries, [prefix + len(ancestors)], 4, 2)
 
 
@@ -76,7 +76,7 @@ def test_positions_no_query_sees_may_hold_nan():
     q, k, v = draw(2, 2, gen), draw(6, 1, gen), draw(6, 1, gen)
     poisoned_k, poisoned_v = k.clone(), v.clone()
     poisoned_k[4:], poisoned_v[4:] = float("nan"), float("nan")
-    queries = [Query(0, (0, 1, 2)), Query(0, (0, 3))]
+    queries = [Query(0, spans_of(0, 1, 2)), Query(0, spans_of(0, 3))]
     clean = reference_attention(q, queries, [k], [v], 0.25)
     poisoned = reference_attention(q, queries, [poisoned_k], [poisoned_v], 0.25)
     assert torch.equal(clean, poisoned)

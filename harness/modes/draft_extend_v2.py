@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.reference import Query
+from harness.reference import Query, spans_of
 from harness.modes.base import (ForwardStep, WindowedMode, base_fields, fixed_window_problem,
                                  host_mirror)
 
@@ -38,7 +38,7 @@ class DraftExtendV2(WindowedMode):
         queries, writes, labels = [], [], []
         for request, prefix in enumerate(spec.prefix_lens):
             for token in range(window):
-                queries.append(Query(request, tuple(range(prefix + token + 1))))
+                queries.append(Query(request, spans_of(range(prefix + token + 1))))
                 writes.append((request, prefix + token))
                 labels.append(f"request {request} extend token {token}")
         return [ForwardStep(queries, writes, labels)]
@@ -53,7 +53,7 @@ class DraftExtendV2(WindowedMode):
         fields = base_fields(
             state, ForwardMode.DRAFT_EXTEND_V2,
             seq_lens=[p + window for p in spec.prefix_lens],
-            out_slots=[state.layout.row_slots[r][p] for r, p in writes],
+            out_slots=state.layout.slots_at(writes),
             num_tokens=len(writes), positions=[p for _, p in writes], spec_info=None, algorithm=self.spec_algorithm)
         fields["spec_info"] = EagleDraftExtendInput(
             positions=fields["positions"],

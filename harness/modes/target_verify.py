@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.reference import Query
+from harness.reference import Query, spans_of
 from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem
 
 if TYPE_CHECKING:
@@ -83,8 +83,8 @@ class TargetVerify(WindowedMode):
         for request, prefix in enumerate(spec.prefix_lens):
             parents = self.tree(spec, request)
             for node in range(len(parents)):
-                seen = [*range(prefix), *(prefix + a for a in ancestors_or_self(parents, node))]
-                queries.append(Query(request, tuple(seen)))
+                seen = spans_of(range(prefix), *(prefix + a for a in ancestors_or_self(parents, node)))
+                queries.append(Query(request, seen))
                 writes.append((request, prefix + node))
                 labels.append(f"request {request} draft token {node}")
         return [ForwardStep(queries, writes, labels)]
@@ -109,7 +109,7 @@ class TargetVerify(WindowedMode):
         positions = [position for _, position in writes]
         fields = base_fields(
             state, ForwardMode.TARGET_VERIFY, seq_lens=list(spec.prefix_lens),
-            out_slots=[state.layout.row_slots[r][p] for r, p in writes],
+            out_slots=state.layout.slots_at(writes),
             num_tokens=len(writes), positions=positions, spec_info=None, algorithm=self.spec_algorithm)
         fields["spec_info"] = self.verify_input(state, fields, window)
         return ForwardBatch(**fields)
