@@ -12,6 +12,7 @@ from pathlib import Path
 from harness import ROOT
 from harness.backends import BACKENDS
 from harness.cases import CASES_DIR, Case, CaseSpec
+from harness.pools import DRAW_PLACES
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 
 
@@ -169,6 +170,7 @@ def _repo_path(value: str) -> str:
 # Options of the first run that change what a cell is, so a rerun must repeat them:
 # option -> (its default, how to write a value for a command run from the repository root).
 CELL_DEFINING_OPTIONS = {"--cases-dir": (_repo_path(str(CASES_DIR)), _repo_path), "--replay": (None, str),
+                         "--draws": (DRAW_PLACES[0], str),  # the random values (pools.draw_generator)
                          # a generated cell exists only when drawn again (harness/generated_plugin.py)
                          "--generated": ("0", str), "--generated-seed": ("0", str),
                          "--generated-profile": (None, str)}

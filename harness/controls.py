@@ -42,7 +42,7 @@ def misdirect_one_key(state) -> str:
     donor, position = (donors[0], 0) if donors else (target, 1)
     if prefix[target] == 0 or (donor == target and prefix[target] < 2):
         raise ValueError(f"case {state.spec.name}: no committed key to misdirect")
-    slot = state.layout.row_slots[donor][position]
+    slot = int(state.layout.row_slots[donor][position])
     row = state.layout.req_pool_indices[target]
     state.pools.req_to_token.req_to_token[row, 0] = slot
     return f"request {target} position 0 -> slot {slot} (request {donor} position {position})"

@@ -14,6 +14,7 @@ slots. The default layout shuffles pages and pool rows; the others are selectabl
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -43,34 +44,41 @@ class SlotLayout:
     pool_slots: int  # KV pool size in tokens (excluding sglang's extra page)
     pool_rows: int  # ReqToTokenPool size (row 0 is sglang's padding row)
     req_pool_indices: list[int]
-    row_slots: list[list[int]]  # per request: slot of row position 0..len-1
+    row_slots: list[torch.Tensor]  # per request: int64 slot of row position 0..len-1 (host)
 
     @property
     def poison_slot(self) -> int:
         return POISON_PAGE * self.page_size
 
+    def slots_at(self, writes: list[tuple[int, int]]) -> torch.Tensor:
+        """int64 slots of (request, row position) pairs, in order: one gather per request."""
+        found = torch.empty(len(writes), dtype=torch.int64)
+        by_request: dict[int, tuple[list[int], list[int]]] = {}
+        for index, (request, position) in enumerate(writes):
+            indices, positions = by_request.setdefault(request, ([], []))
+            indices.append(index)
+            positions.append(position)
+        for request, (indices, positions) in by_request.items():
+            found[indices] = self.row_slots[request][positions]
+        return found
 
-def _page_order(style: str, pages_per_req: list[int], spare: int, gen: torch.Generator) -> list[list[int]]:
+
+def _page_order(style: str, pages_per_req: list[int], spare: int, gen: torch.Generator) -> list[torch.Tensor]:
     """Assign page ids (>= RESERVED_PAGES) to requests following ``style``."""
     total = sum(pages_per_req)
-    ids = list(range(RESERVED_PAGES, RESERVED_PAGES + total + spare))
+    ids = torch.arange(RESERVED_PAGES, RESERVED_PAGES + total + spare)
     if style == "shuffled":
-        perm = torch.randperm(len(ids), generator=gen).tolist()
-        ids = [ids[i] for i in perm]
-    if style == "interleaved":
-        assigned: list[list[int]] = [[] for _ in pages_per_req]
-        cursor = iter(ids)
-        for round_ in range(max(pages_per_req, default=0)):
-            for req, need in enumerate(pages_per_req):
-                if round_ < need:
-                    assigned[req].append(next(cursor))
-        return assigned
-    assigned, start = [], 0
-    for need in pages_per_req:
-        chunk = ids[start:start + need]
-        assigned.append(chunk[::-1] if style == "non_monotonic" else chunk)
-        start += need
-    return assigned
+        ids = ids[torch.randperm(len(ids), generator=gen)]
+    if style == "interleaved":  # round j hands each request that still needs one its j-th page
+        need = torch.tensor(pages_per_req, dtype=torch.long)
+        request = torch.repeat_interleave(torch.arange(len(need)), need)
+        round_ = torch.arange(total) - torch.repeat_interleave(torch.cumsum(need, 0) - need, need)
+        handed_out = torch.argsort(round_ * len(need) + request)  # k-th page handed out -> (request, round)
+        rank = torch.empty_like(handed_out)
+        rank[handed_out] = torch.arange(total)
+        return list(ids[rank].split(pages_per_req))
+    chunks = ids[:total].split(pages_per_req)
+    return [chunk.flip(0) if style == "non_monotonic" else chunk for chunk in chunks]
 
 
 def build_layout(style: str, row_lens: list[int], page_size: int, seed: int,
@@ -84,10 +92,10 @@ def build_layout(style: str, row_lens: list[int], page_size: int, seed: int,
     pages_per_req = [-(-n // page_size) for n in row_lens]
     spare = max(1, int(sum(pages_per_req) * SPARE_FRACTION))
     pages = _page_order(style, pages_per_req, spare, gen)
-    row_slots = [
-        [pages[r][t // page_size] * page_size + t % page_size for t in range(n)]
-        for r, n in enumerate(row_lens)
-    ]
+    row_slots = []
+    for request_pages, n in zip(pages, row_lens):
+        position = torch.arange(n)
+        row_slots.append(request_pages[position // page_size] * page_size + position % page_size)
     bs = len(row_lens)
     pool_rows = 2 * bs + extra_rows + 1
     if style in ("shuffled", "non_monotonic"):
@@ -128,7 +136,7 @@ def req_to_token_width(spec: CaseSpec, server_args) -> int:
 
 @dataclass
 class BatchState:
-    """Pools as a backend sees them, and the truth the reference uses."""
+    """Pools as a backend sees them, and the truth the reference uses (on the same device)."""
 
     spec: CaseSpec
     layout: SlotLayout
@@ -136,30 +144,53 @@ class BatchState:
     pools: SimpleNamespace
     row_k: list[torch.Tensor]  # per request [row_len, kv_heads, head_dim], NaN where unwritten
     row_v: list[torch.Tensor]
-    gen: torch.Generator = field(repr=False)
+    gen: torch.Generator = field(repr=False)  # draw_generator's
 
     @property
     def dtype(self) -> torch.dtype:
         return getattr(torch, self.spec.dtype)
 
     def randn(self, *shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=self.gen).to(self.dtype)
+        return torch.randn(*shape, generator=self.gen, device=self.gen.device).to(self.dtype).to(self.device)
 
     def tensor(self, values, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
     def record_new_kv(self, writes: list[tuple[int, int]], k: torch.Tensor, v: torch.Tensor) -> None:
         """Note in the harness copy the K/V this forward hands the backend to store."""
+        by_request: dict[int, tuple[list[int], list[int]]] = {}
         for row, (request, position) in enumerate(writes):
-            self.row_k[request][position] = k[row].cpu()
-            self.row_v[request][position] = v[row].cpu()
+            rows, positions = by_request.setdefault(request, ([], []))
+            rows.append(row)
+            positions.append(position)
+        for request, (rows, positions) in by_request.items():
+            self.row_k[request][positions] = k[rows]
+            self.row_v[request][positions] = v[rows]
+
+
+# Where a cell's random values are drawn: "device" (default) or "host" (pytest --draws).
+DRAWS_ENV = "ATTN_HARNESS_DRAWS"
+DRAW_PLACES = ("device", "host")
+
+
+def draw_generator(device: str, seed: int) -> torch.Generator:
+    """The case's random stream: on the device its tensors live on, or on the host.
+
+    Drawing where the tensors live keeps production-sized K/V (gigabytes) off the host's one
+    random-number thread (about 200 M values/s). On a CPU both places are the same stream, the one
+    every earlier version of the harness drew. On a GPU, device draws are the GPU's own stream;
+    ``--draws host`` draws on the host instead, slower but bit-identical to a CPU run of the same
+    cell, so a GPU failure can be replayed value for value on a CPU, and GPU runs compare with runs
+    made before draws moved to the device.
+    """
+    place = os.environ.get(DRAWS_ENV, "device")
+    return torch.Generator(device=device if place == "device" else "cpu").manual_seed(seed)
 
 
 def build_state(spec: CaseSpec, layout: SlotLayout, row_lens: list[int], device: str, server_args) -> BatchState:
     """Called inside sglang_state: the req_to_token width is sglang's answer for these server args."""
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
-    gen = torch.Generator().manual_seed(spec.seed)
     dtype = getattr(torch, spec.dtype)
     context_len = model_context_len(spec)
     req_to_token = ReqToTokenPool(size=layout.pool_rows - 1, max_context_len=req_to_token_width(spec, server_args),
@@ -170,7 +201,7 @@ def build_state(spec: CaseSpec, layout: SlotLayout, row_lens: list[int], device:
     req_to_token.req_to_token[1:] = layout.poison_slot
     for request, row in enumerate(layout.req_pool_indices):
         slots = layout.row_slots[request]
-        req_to_token.req_to_token[row, : len(slots)] = torch.tensor(slots, dtype=torch.int32)
+        req_to_token.req_to_token[row, : len(slots)] = slots.to(device, torch.int32)
 
     k_buffer, v_buffer = kv.k_buffer[0], kv.v_buffer[0]
     k_buffer.fill_(float("nan"))
@@ -179,17 +210,17 @@ def build_state(spec: CaseSpec, layout: SlotLayout, row_lens: list[int], device:
     v_buffer[: spec.page_size] = 0
 
     shape = (spec.num_kv_heads, spec.head_dim)
-    row_k = [torch.full((n, *shape), float("nan"), dtype=dtype) for n in row_lens]
-    row_v = [torch.full((n, *shape), float("nan"), dtype=dtype) for n in row_lens]
+    row_k = [torch.full((n, *shape), float("nan"), dtype=dtype, device=device) for n in row_lens]
+    row_v = [torch.full((n, *shape), float("nan"), dtype=dtype, device=device) for n in row_lens]
     state = BatchState(spec, layout, device, SimpleNamespace(req_to_token=req_to_token, kv=kv,
                                                              context_len=context_len),
-                       row_k, row_v, gen)
+                       row_k, row_v, draw_generator(device, spec.seed))
     for request, prefix in enumerate(spec.prefix_lens):
         k, v = state.randn(prefix, *shape), state.randn(prefix, *shape)
         row_k[request][:prefix], row_v[request][:prefix] = k, v
-        slots = torch.tensor(layout.row_slots[request][:prefix], dtype=torch.long, device=device)
-        k_buffer[slots] = k.to(device)
-        v_buffer[slots] = v.to(device)
+        slots = layout.row_slots[request][:prefix].to(device)
+        k_buffer[slots] = k
+        v_buffer[slots] = v
     return state
 
 
@@ -200,7 +231,7 @@ class StepInputs:
     q: torch.Tensor  # [tokens, heads * head_dim] on the device
     k: torch.Tensor  # [tokens, kv_heads, head_dim]
     v: torch.Tensor
-    expected: torch.Tensor  # float64 [tokens, heads, head_dim], on CPU
+    expected: torch.Tensor  # float64 [tokens, heads, head_dim], on the device
 
     def poisoned_output(self) -> torch.Tensor:
         """Output buffer handed to backends that accept one: NaN until written."""
@@ -225,6 +256,5 @@ def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> li
         v = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
         state.record_new_kv(step.writes, k, v)
         expected = reference_attention(q, step.queries, state.row_k, state.row_v, scale)
-        drawn.append(StepInputs(q.reshape(tokens, -1).to(state.device), k.to(state.device),
-                                v.to(state.device), expected))
+        drawn.append(StepInputs(q.reshape(tokens, -1), k, v, expected))
     return drawn

@@ -15,17 +15,21 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from _pytest.mark.expression import Expression
 
 from harness import ROOT, cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cell_matrix import cell_defining_args, expand_cells, in_shard, rerun_command, skip_reason
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
+from harness.pools import DRAW_PLACES, DRAWS_ENV
 from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summary, confirm_crashes
 from harness.reporting.totals import totals_line
 from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
 from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
 from harness.seed_bugs import ReplayError, inject
+from harness.warmup import warm_up
 
 KNOWN_FAILURES = ROOT / "KNOWN_FAILURES.md"
 _CONTROLLER: dict = {}  # the controller's config, for hooks that are not handed one
@@ -37,6 +41,9 @@ def pytest_addoption(parser):
     group.addoption("--cases-dir", default=str(CASES_DIR), help="folder of case YAML files")
     group.addoption("--shard", default="1/1", help="run shard i of n (cells split by a hash of their id), e.g. 2/4")
     group.addoption("--replay", default=None, help="inject a seed bug (harness/seed_bugs.py) for this run")
+    group.addoption("--draws", default=DRAW_PLACES[0], choices=DRAW_PLACES,
+                    help="where random Q/K/V are drawn: on the cell's device (fast), or on the host "
+                         "(bit-identical to a CPU run of the same cell)")
     group.addoption("--confirm-crashes", type=int, default=CONFIRM_DEFAULT, metavar="N",
                     help="re-run up to N crashed cells alone, each in a fresh process, to confirm the crash "
                          f"is theirs (default {CONFIRM_DEFAULT}; 0: off)")
@@ -47,6 +54,9 @@ def pytest_addoption(parser):
                     help=f"cells to re-run under --sanitize (default {SANITIZE_MAX_DEFAULT})")
     group.addoption("--lone-timeout", type=float, default=LONE_TIMEOUT_S, metavar="S",
                     help=f"seconds allowed to each lone re-run (default {LONE_TIMEOUT_S})")
+    group.addoption("--no-warm-up", action="store_true",
+                    help="GPU: skip the pass that compiles each kernel configuration once before the cells "
+                         "(harness/warmup.py)")
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -72,6 +82,7 @@ def _check_counts(config) -> None:
 
 def pytest_configure(config):
     run_id()  # set before xdist spawns workers, so all share one run folder
+    os.environ[DRAWS_ENV] = config.getoption("--draws")  # likewise inherited by the workers
     gpu_slots.pin_worker(run_dir() / gpu_slots.SLOTS_DIR)  # before anything initialises CUDA
     if config.getoption("--replay"):
         try:
@@ -95,6 +106,33 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):
         config._attn_ledger = Ledger.open(config.option)
         _CONTROLLER["config"] = config
+    else:  # the host's cores shared among the workers, not each worker's torch taking all of them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.workerinput["workercount"]))
+
+
+def _keyword_selected(cell, expression: str) -> bool:
+    """Whether ``-k`` keeps the cell: the names pytest matches for its item (harness/, test_cases.py,
+    test_cell[<cell id>]), case-insensitive substrings, as pytest's own KeywordMatcher does."""
+    if not expression:
+        return True
+    names = ("harness", "test_cases.py", f"test_cell[{cell.cell_id}]".lower())
+    return Expression.compile(expression).evaluate(lambda part: any(part.lower() in name for name in names))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers in its own sessionstart
+def pytest_sessionstart(session):
+    """The warm-up pass (harness/warmup.py), on a GPU host, over the cells the run will select."""
+    config = session.config
+    if (hasattr(config, "workerinput") or not platform.HAS_GPU or config.option.collectonly
+            or config.getoption("--no-warm-up") or not hasattr(config, "_attn_cells")):
+        return
+    cells = [cell for cell in config._attn_cells if _keyword_selected(cell, config.option.keyword)]
+    done = warm_up(cells, processes=getattr(config.option, "numprocesses", None) or 1,
+                   replay=config.getoption("--replay"))
+    config._attn_warm_up = done
+    terminal = config.pluginmanager.getplugin("terminalreporter")
+    if terminal:
+        terminal.write_line(done.line())
 
 
 def pytest_report_header(config):
@@ -309,6 +347,7 @@ def pytest_sessionfinish(session):
         "replay": config.getoption("--replay"),
         "generated": getattr(config, "_attn_generated", None),  # harness/generated_plugin.py
         "wall_s": round(time.time() - config._attn_started, 2),
+        "warm_up": config._attn_warm_up.as_report() if hasattr(config, "_attn_warm_up") else None,
         "collected": len(records), "not_run": not_run, "worker_crashes": ledger.worker_deaths,
         "notes": run_notes,
     }

@@ -12,6 +12,10 @@ STYLES = ("shuffled", "contiguous", "interleaved", "non_monotonic")
 ROW_LENS = [[9, 1, 40], [33, 17], [5], [64, 64, 3, 20]]
 
 
+def slot_rows(layout) -> list[list[int]]:
+    return [row.tolist() for row in layout.row_slots]
+
+
 def layouts():
     for style, row_lens, page_size, seed in itertools.product(STYLES, ROW_LENS, (1, 16), (0, 7)):
         yield pytest.param(style, row_lens, page_size, seed,
@@ -21,15 +25,15 @@ def layouts():
 @pytest.mark.parametrize("style,row_lens,page_size,seed", layouts())
 def test_layout_properties(style, row_lens, page_size, seed):
     layout = build_layout(style, row_lens, page_size, seed, extra_rows=4)
-    slots = [slot for row in layout.row_slots for slot in row]
-    assert [len(row) for row in layout.row_slots] == row_lens
+    slots = [slot for row in slot_rows(layout) for slot in row]
+    assert [len(row) for row in slot_rows(layout)] == row_lens
     assert len(set(slots)) == len(slots), "a slot is shared"
     assert all(RESERVED_PAGES * page_size <= s < layout.pool_slots for s in slots), "reserved page or out of pool"
     assert layout.poison_slot == POISON_PAGE * page_size
-    for row in layout.row_slots:  # position t lives at offset t % page_size of its page
+    for row in slot_rows(layout):  # position t lives at offset t % page_size of its page
         assert all(slot % page_size == t % page_size for t, slot in enumerate(row))
         assert all(row[t] // page_size == row[t - t % page_size] // page_size for t in range(len(row)))
-    pages = [{slot // page_size for slot in row} for row in layout.row_slots]
+    pages = [{slot // page_size for slot in row} for row in slot_rows(layout)]
     assert all(not (a & b) for a, b in itertools.combinations(pages, 2)), "a page is shared"
     rows = layout.req_pool_indices
     assert len(set(rows)) == len(rows) and all(1 <= r < layout.pool_rows for r in rows)
@@ -37,7 +41,7 @@ def test_layout_properties(style, row_lens, page_size, seed):
 
 def page_ids(layout) -> list[list[int]]:
     size = layout.page_size
-    return [[row[t] // size for t in range(0, len(row), size)] for row in layout.row_slots]
+    return [[row[t] // size for t in range(0, len(row), size)] for row in slot_rows(layout)]
 
 
 def untidy_slots(style: str, layout) -> bool:
@@ -79,7 +83,7 @@ def test_matrix_layouts_are_untidy_as_named(style, row_lens, page_size, seed, ex
 
 def test_contiguous_is_tidy():
     layout = build_layout("contiguous", [9, 1, 40], 1, 0)
-    slots = [s for row in layout.row_slots for s in row]
+    slots = [s for row in slot_rows(layout) for s in row]
     assert slots == list(range(slots[0], slots[0] + len(slots)))
     assert layout.req_pool_indices == [1, 2, 3]
 

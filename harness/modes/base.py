@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 from harness.reference import Query
 
 if TYPE_CHECKING:
+    import torch
+
     from harness.cases import CaseSpec
 
 
@@ -94,7 +96,7 @@ def host_mirror(state, values: list[int], *, kept_on_gpu_only: bool = False):
     return None
 
 
-def base_fields(state, forward_mode, *, seq_lens: list[int], out_slots: list[int],
+def base_fields(state, forward_mode, *, seq_lens: list[int], out_slots: torch.Tensor,
                 num_tokens: int, positions: list[int], spec_info, algorithm: str) -> dict:
     """ForwardBatch fields every mode sets the same way.
 
@@ -111,7 +113,7 @@ def base_fields(state, forward_mode, *, seq_lens: list[int], out_slots: list[int
         input_ids=torch.zeros(num_tokens, dtype=torch.int64, device=state.device),
         req_pool_indices=state.tensor(state.layout.req_pool_indices),
         seq_lens=state.tensor(seq_lens),
-        out_cache_loc=state.tensor(out_slots),
+        out_cache_loc=out_slots.to(state.device),
         seq_lens_sum=sum(mirrored) if mirrored is not None else None,
         seq_lens_cpu=torch.tensor(mirrored, dtype=torch.int64) if mirrored is not None else None,
         positions=state.tensor(positions),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.reference import Query
+from harness.reference import Query, spans_of
 from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class DraftDecode:
             return "draft_sink: sglang takes --speculative-draft-sink-size only with a draft_window"
         return None
 
-    def visible_prefix(self, spec: CaseSpec, prefix: int) -> range | tuple[int, ...]:
+    def visible_prefix(self, spec: CaseSpec, prefix: int) -> tuple[range, ...]:
         """Prefix positions a draft query reads: all, or the sink plus the recent window.
 
         As generate_draft_decode_kv_indices (sglang 0.5.21+): with window w and
@@ -45,10 +45,10 @@ class DraftDecode:
         last min(L, w + s) - min(s, L) tokens.
         """
         if not spec.draft_window:
-            return range(prefix)
+            return (range(prefix),)
         sink = min(spec.draft_sink, prefix)
         recent = min(prefix, spec.draft_window + spec.draft_sink) - sink
-        return (*range(sink), *range(prefix - recent, prefix))
+        return (range(sink), range(prefix - recent, prefix))
 
     def speculative_args(self, spec: CaseSpec) -> dict:
         return eagle_speculative_args(spec, self.num_draft_tokens(spec))
@@ -69,7 +69,7 @@ class DraftDecode:
             for request, prefix in enumerate(spec.prefix_lens):
                 for branch in range(spec.topk):
                     own = [self.branch_position(spec, request, branch, s) for s in range(step + 1)]
-                    queries.append(Query(request, (*self.visible_prefix(spec, prefix), *own)))
+                    queries.append(Query(request, spans_of(*self.visible_prefix(spec, prefix), *own)))
                     writes.append((request, own[-1]))
                     labels.append(f"step {step} request {request} branch {branch}")
             steps.append(ForwardStep(queries, writes, labels))
@@ -81,8 +81,8 @@ class DraftDecode:
         from sglang.srt.speculative.eagle_info import EagleDraftInput
 
         spec = state.spec
-        out_slots = [state.layout.row_slots[r][self.branch_position(spec, r, k, s)]
-                     for r in range(spec.bs) for k in range(spec.topk) for s in range(spec.num_steps)]
+        out_slots = state.layout.slots_at([(r, self.branch_position(spec, r, k, s)) for r in range(spec.bs)
+                                           for k in range(spec.topk) for s in range(spec.num_steps)])
         positions = [p for p in spec.prefix_lens for _ in range(spec.topk)]
         spec_info = EagleDraftInput(capture_hidden_mode=CaptureHiddenMode.LAST,
                                     num_tokens_per_req=spec.topk,
