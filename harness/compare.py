@@ -79,29 +79,38 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str])
 
     An element mismatches when |out - ref| > atol + rtol * |ref| or either is
     NaN, with the key-census head held to CENSUS_TOLERANCES; the worst element
-    is the one with the largest |out - ref| / bound.
+    is the one with the largest |out - ref| / bound. Computed in float64 on the
+    reference's device; only the figures come back to the host.
     """
     tol, census_tol = TOLERANCES[dtype], CENSUS_TOLERANCES[dtype]
     census = census_heads(out.shape[1])
-    atol = torch.full((1, out.shape[1], 1), tol["atol"], dtype=torch.float64)
-    rtol = torch.full((1, out.shape[1], 1), tol["rtol"], dtype=torch.float64)
+    atol = torch.full((1, out.shape[1], 1), tol["atol"], dtype=torch.float64, device=ref.device)
+    rtol = torch.full((1, out.shape[1], 1), tol["rtol"], dtype=torch.float64, device=ref.device)
     atol[:, census], rtol[:, census] = census_tol["atol"], census_tol["rtol"]
 
-    out64 = out.detach().to("cpu", torch.float64)
+    out64 = out.detach().to(ref.device, torch.float64)
     diff = (out64 - ref).abs()
     nan = torch.isnan(diff)
     excess = torch.where(nan, torch.full_like(diff, float("inf")), diff / (atol + rtol * ref.abs()))
-    row, head, _ = torch.unravel_index(torch.argmax(excess), diff.shape)
     finite = torch.isfinite(diff)
     rel = diff / ref.abs().clamp_min(1e-6)
     mismatched = (excess > 1).double()
+    figures = torch.stack([
+        torch.argmax(excess).double(),
+        torch.where(finite, diff, -1.0).max(),
+        torch.where(finite, rel, -1.0).max(),
+        finite.any().double(), mismatched.mean(), nan.sum().double(),
+        mismatched[:, census].mean() if census else torch.zeros((), dtype=torch.float64, device=ref.device),
+    ]).tolist()  # one transfer to the host
+    worst_index, max_abs, max_rel, any_finite, mismatch_frac, nan_count, census_frac = figures
+    row, head, _ = torch.unravel_index(torch.tensor(int(worst_index)), diff.shape)
     return Comparison(
-        max_abs_err=float(diff[finite].max()) if finite.any() else float("nan"),
-        max_rel_err=float(rel[finite].max()) if finite.any() else float("nan"),
-        mismatch_frac=float(mismatched.mean()),
-        nan_count=int(nan.sum()),
+        max_abs_err=max_abs if any_finite else float("nan"),
+        max_rel_err=max_rel if any_finite else float("nan"),
+        mismatch_frac=mismatch_frac,
+        nan_count=int(nan_count),
         worst=f"{labels[int(row)]} head {int(head)}{' (key census)' if int(head) in census else ''}",
         atol=tol["atol"], rtol=tol["rtol"],
-        census_mismatch_frac=float(mismatched[:, census].mean()) if census else 0.0,
+        census_mismatch_frac=census_frac,
         census_atol=census_tol["atol"], census_rtol=census_tol["rtol"],
     )

@@ -99,9 +99,10 @@ def _compare_steps(label: str, outputs, expected, batch: _Batch) -> dict:
     shape = (-1, spec.num_heads, spec.head_dim)
     found = {}
     for index, (out, want, step) in enumerate(zip(outputs, expected, batch.steps)):
-        rows = torch.tensor([q.request < batch.run.real_bs for q in step.queries])
-        labels = [lab for lab, keep in zip(step.labels, rows.tolist()) if keep]
-        found[f"{label} step {index}"] = compare(out.reshape(shape).cpu()[rows], want[rows], spec.dtype, labels)
+        keep = [q.request < batch.run.real_bs for q in step.queries]
+        labels = [lab for lab, kept in zip(step.labels, keep) if kept]
+        rows = torch.tensor(keep, device=want.device)
+        found[f"{label} step {index}"] = compare(out.reshape(shape)[rows], want[rows], spec.dtype, labels)
     return found
 
 
@@ -273,6 +274,6 @@ def run_cell(cell: Cell) -> CellResult:
         comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine))
         if graph:
             shape = (-1, spec.num_heads, spec.head_dim)
-            eager64 = [out.reshape(shape).to("cpu", torch.float64) for out in eager]
+            eager64 = [out.reshape(shape).to(torch.float64) for out in eager]
             comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine))
     return CellResult(comparisons, clock.rounded())
