@@ -93,7 +93,7 @@ def cmd_digest(args: argparse.Namespace) -> int:
 
 
 def cmd_same_outcomes(args: argparse.Namespace) -> int:
-    identical, text = outcomes_report(args.before, args.after)
+    identical, text = outcomes_report(args.before, args.after, args.errors_within)
     print(text, end="")
     return 0 if identical else 1
 
@@ -155,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     same = sub.add_parser("same-outcomes", help="exit 1 unless two runs give every cell the same (status, reason)")
     same.add_argument("before", type=results_or_run, help="results.json or a reports/cells/<run> folder")
     same.add_argument("after", type=results_or_run, help="results.json or a reports/cells/<run> folder")
+    same.add_argument("--errors-within", type=float, default=None, metavar="TOL",
+                      help="also exit 1 unless every cell passed in both has the same max_abs_err within TOL")
     same.set_defaults(func=cmd_same_outcomes)
     return parser
 

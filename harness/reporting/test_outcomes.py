@@ -31,3 +31,17 @@ def test_the_command_compares_run_folders_and_results_files(tmp_path, capsys):
     changed = write_run(tmp_path / "changed", {"gw0": [*CELLS[1:], {**CELLS[0], "status": "failed", "reason": "x"}]})
     assert main(["same-outcomes", str(before), str(changed)]) == 1
     assert f"1 of {len(CELLS)} cells differ" in capsys.readouterr().out
+
+
+def test_errors_within_names_a_passed_cell_whose_error_moved(tmp_path, capsys):
+    before = write_run(tmp_path / "before", {"gw0": CELLS})
+    first = next(cell for cell in CELLS if cell["status"] == "passed")
+    nudged = [{**cell, "max_abs_err": cell["max_abs_err"] + 1e-12} if cell["status"] == "passed" else cell
+              for cell in CELLS]
+    assert main(["same-outcomes", str(before), str(write_run(tmp_path / "nudged", {"gw0": nudged})),
+                 "--errors-within", "1e-9"]) == 0
+    assert "have the same max_abs_err within 1e-09" in capsys.readouterr().out
+    moved = [{**cell, "max_abs_err": cell["max_abs_err"] + 1e-6} if cell is first else cell for cell in CELLS]
+    assert main(["same-outcomes", str(before), str(write_run(tmp_path / "moved", {"gw0": moved})),
+                 "--errors-within", "1e-9"]) == 1
+    assert f"{first['cell_id']}: max_abs_err" in capsys.readouterr().out
