@@ -42,7 +42,7 @@ def build_parser() -> cli.Parser:
 
 
 def run(args) -> int:
-    workers = args.workers or (str(platform.gpu_count()) if platform.HAS_GPU else "auto")
+    workers = args.workers or str(platform.default_workers())
     os.environ[RUN_ID_ENV] = run_id()
     out = REPORTS_DIR / args.section
     tests = _step(sys.executable, "-m", "pytest", "-n", workers, "--shard", args.shard,

@@ -42,6 +42,11 @@ def gpu_count() -> int:
     return max(len(visible_gpus()), 1)
 
 
+def default_workers() -> int:
+    """pytest-xdist workers for a run here: one per GPU on a GPU host, else one per core."""
+    return gpu_count() if HAS_GPU else os.cpu_count() or 1
+
+
 def installed_version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
