@@ -1,13 +1,17 @@
 """Speed benchmark: `python -m harness.bench` -> reports/<cpu|gpu>/BENCH.{json,md}.
 
-Times whole pytest runs of the cell matrix as a user meets them (process start, worker start-up,
-imports, collection, the cells, the ledger at the end): first with cold kernel caches (FlashInfer
-JIT, Triton), then the same run warm, then any other worker counts and, on a GPU host, the same
-matrix over 1, 2, ... GPUs (`--gpus 1,2`). Each run reports executed cells per second (skipped
-cells do not count) and the split of its wall time (harness/bench_timer.py), and every run must
-give every cell the same (status, reason) as the first; a difference is listed and fails the
-command. Each invocation is one session, labelled with the commit it timed and the machine's
-load, added to the sessions already in BENCH.json, so before/after figures sit side by side.
+Times whole pytest runs as a user meets them (process start, worker start-up, imports, the
+warm-up pass, collection, the cells, the ledger at the end), over two tiers: the hand matrix
+(cases/*.yaml) and, with ``--generated N``, a fixed-seed generated tier alone (the profile of this
+machine, e.g. production shapes on a GPU). Per tier: first with cold kernel caches
+(harness/kernel_caches.py), then the same run warm, then any other worker counts and, on a GPU
+host, the same cells over 1, 2, ... GPUs (``--gpus 1,2``). Each run reports executed cells per
+second (skipped cells do not count), the split of its wall time (harness/bench_timer.py) and
+where its cells' own time went (the phases of harness/results.py, summed); every run of a tier
+must give every cell the same (status, reason) as the tier's first, or the command lists the
+cells and fails. ``--tree`` times another checkout of the harness (the code before a change) with
+this benchmark. Each invocation is one session, labelled with the commit it timed and the
+machine's load, added to the sessions already in BENCH.json, so before/after sit side by side.
 """
 
 from __future__ import annotations
@@ -21,55 +25,73 @@ import sys
 import time
 from pathlib import Path
 
-from harness import ROOT, cli, gpu_slots, platform
+from harness import ROOT, cli, gpu_slots, kernel_caches, platform
 from harness.bench_timer import TIMES_ENV
 from harness.reporting.outcomes import differences, load_cells, outcomes
+from harness.results import PHASES as CELL_PHASES
 from harness.results import REPORTS_DIR, RUN_ID_ENV
 
-KERNEL_CACHES = (Path.home() / ".cache" / "flashinfer", Path.home() / ".triton" / "cache")
-PHASES = ("start + imports", "collection", "cells", "wind-down")
+PHASES = ("start + imports", "warm-up", "collection", "cells", "wind-down")
 PER_PROCESS = "per process start + imports"  # the median over the processes that ran cells
 COLUMNS = ("run", "workers", "cells", "executed", "wall (s)", "executed cells/s",
            *(f"{p} (s)" for p in (*PHASES, PER_PROCESS)), "executed s", "skipped s", "load")
+HAND, GENERATED = "hand matrix", "generated"
 
 
 def default_workers() -> str:
-    """What `python -m harness run` uses: one worker per GPU, else one per core."""
-    return str(platform.gpu_count() if platform.HAS_GPU else os.cpu_count() or 1)
+    """What `python -m harness run` uses (harness/platform.py default_workers)."""
+    return str(platform.default_workers())
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+def commit(tree: Path) -> str:
+    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=tree, capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
 
 
-def phase_split(marks: list[dict], launched: float, wall: float) -> dict:
+def phase_split(marks: list[dict], launched: float, wall: float, warm_up_s: float) -> dict:
     """The run's wall time cut where its last worker finished each phase (xdist schedules cells
-    only once every worker has collected); the four parts add up to the wall time."""
+    only once every worker has collected); the five parts add up to the wall time. The warm-up
+    pass runs in the controller before the workers start, so it is cut out of the first part."""
     runners = [m for m in marks if m["worker"]] or marks
     configured = max(m.get("configured", launched) for m in runners) - launched
     collected = max(m.get("collected", launched) for m in runners) - launched
     cells_end = max(m.get("last_cell", m.get("collected", launched)) for m in runners) - launched
-    parts = (configured, collected - configured, cells_end - collected, wall - cells_end)
+    parts = (configured - warm_up_s, warm_up_s, collected - configured, cells_end - collected, wall - cells_end)
     split = {name: round(part, 1) for name, part in zip(PHASES, parts)}
     split[PER_PROCESS] = round(statistics.median(
         m["configured"] - m["started"] for m in runners if "configured" in m), 1)
     return split
 
 
-def timed_run(label: str, workers: int, select: str | None, gpus: list[str] | None = None) -> dict:
-    """One pytest run of the matrix; its figures and its cells' outcomes (under "outcomes")."""
+def cell_phases(executed: list[dict]) -> dict:
+    """Where the executed cells' own time went: each phase of harness/results.py summed over them."""
+    timed = [cell for cell in executed if cell.get("phase_s")]
+    return {name: round(sum(cell["phase_s"].get(name, 0.0) for cell in timed), 1) for name in CELL_PHASES}
+
+
+def tier_args(tier: str, args) -> list[str]:
+    """The pytest arguments that select a tier's cells."""
+    if tier == HAND:
+        return ["-k", args.select] if args.select else []
+    return ["--generated", str(args.generated), "--generated-seed", str(args.generated_seed), "--generated-only",
+            *(["--generated-profile", args.generated_profile] if args.generated_profile else []),
+            *(["--generated-budget", str(args.generated_budget)] if args.generated_budget else [])]
+
+
+def timed_run(label: str, workers: int, pytest_args: list[str], tree: Path, gpus: list[str] | None = None) -> dict:
+    """One pytest run of ``tree``'s cells; its figures and its cells' outcomes (under "outcomes")."""
     run = f"bench-{label.replace(' ', '-').replace('=', '')}-{int(time.time())}"
-    folder = REPORTS_DIR / "cells" / run
-    times = folder.parent / f"{run}.times.jsonl"
-    env = {**os.environ, RUN_ID_ENV: run, TIMES_ENV: str(times)}
+    folder = tree / REPORTS_DIR.relative_to(ROOT) / "cells" / run
+    times = REPORTS_DIR / "cells" / f"{run}.times.jsonl"
+    times.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, RUN_ID_ENV: run, TIMES_ENV: str(times.resolve())}
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "harness.bench_timer",
-               "-n", str(workers), "harness/test_cases.py", *(["-k", select] if select else [])]
+               "-n", str(workers), "harness/test_cases.py", *pytest_args]
     load_before = os.getloadavg()
     launched = time.time()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
     wall = time.time() - launched
     marks = [json.loads(line) for line in times.read_text().splitlines()] if times.exists() else []
     times.unlink(missing_ok=True)
@@ -80,64 +102,86 @@ def timed_run(label: str, workers: int, select: str | None, gpus: list[str] | No
     cells = load_cells(folder)
     executed = [c for c in cells if c["status"] != "skipped"]
     if not executed:
-        raise cli.UsageError(f"--select {select!r} ran no cell here (all skipped); nothing to time")
+        raise cli.UsageError(f"the {label} run ran no cell here (all skipped): {' '.join(pytest_args)}")
     statuses = {status: sum(c["status"] == status for c in cells) for status in sorted({c["status"] for c in cells})}
+    run_info = folder / "run.json"
+    warm_up = (json.loads(run_info.read_text()).get("warm_up") if run_info.exists() else None) or {}
     return {"label": label, "workers": workers, "gpus": len(gpus) if gpus else None, "run_id": run,
             "wall_s": round(wall, 1), "collected": len(cells), "executed": len(executed), "statuses": statuses,
             "executed_cells_per_s": round(len(executed) / wall, 3),
             "executed_cell_s": round(sum(c["wall_s"] or 0 for c in executed), 1),
             "skipped_cell_s": round(sum(c["wall_s"] or 0 for c in cells if c["status"] == "skipped"), 1),
-            "split_s": phase_split(marks, launched, wall),
+            "split_s": phase_split(marks, launched, wall, warm_up.get("seconds", 0.0)),
+            "warm_up": warm_up or None, "cell_phase_s": cell_phases(executed),
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "outcomes": outcomes(cells)}
 
 
 def clear_kernel_caches() -> list[str]:
     cleared = []
-    for cache in KERNEL_CACHES:
+    for cache in kernel_caches.folders():
         if cache.exists():
             shutil.rmtree(cache)
             cleared.append(str(cache))
     return cleared
 
 
-def plan(args) -> list[tuple[str, int, list[str] | None]]:
-    """(label, workers, GPUs) of each run, in order; the first is the one the others are checked against."""
+def plan(args) -> list[tuple[str, str, int, list[str] | None]]:
+    """(tier, label, workers, GPUs) of each run, in order; a tier's first run is the one its others
+    are checked against. Kernel caches are cleared once, before the first run, if at all."""
     first, *others = args.workers
-    runs = [] if args.warm_only else [("cold", first, None)]
-    runs += [("warm", first, None)] + [(f"warm n={n}", n, None) for n in others]
-    for count in args.gpus:
-        gpus = gpu_slots.choose_gpus(count, platform.visible_gpus() if platform.HAS_GPU else [])
-        runs.append((f"warm on {count} GPU(s)", count, gpus))
+    tiers = [HAND] * (not args.generated_only) + [GENERATED] * bool(args.generated)
+    runs = []
+    for tier in tiers:
+        cold = not args.warm_only and not runs
+        runs += [(tier, "cold", first, None)] * cold
+        runs += [(tier, "warm", first, None)] + [(tier, f"warm n={n}", n, None) for n in others]
+        for count in args.gpus:
+            gpus = gpu_slots.choose_gpus(count, platform.visible_gpus() if platform.HAS_GPU else [])
+            runs.append((tier, f"warm on {count} GPU(s)", count, gpus))
     return runs
 
 
 def session(args) -> dict:
-    timed = commit()  # before the runs: the tree may be committed to while they run
-    runs, mismatches = [], {}
-    for label, workers, gpus in plan(args):
-        if label == "cold":
-            cleared = clear_kernel_caches()
-        runs.append(timed_run(label, workers, args.select, gpus))
-        if label == "cold":
-            runs[-1]["cleared"] = cleared
-        found = differences(runs[0]["outcomes"], runs[-1]["outcomes"])
+    timed = commit(args.tree)  # before the runs: the tree may be committed to while they run
+    runs, mismatches, first_of = [], {}, {}
+    for tier, label, workers, gpus in plan(args):
+        cleared = clear_kernel_caches() if label == "cold" else None
+        extra = ["--shard", args.shard] if args.shard != "1/1" else []
+        run = timed_run(f"{tier} {label}", workers, tier_args(tier, args) + extra, args.tree, gpus)
+        run["tier"] = tier
+        if cleared is not None:
+            run["cleared"] = cleared
+        runs.append(run)
+        first = first_of.setdefault(tier, run)
+        found = differences(first["outcomes"], run["outcomes"])
         if found:
-            mismatches[label] = found
+            mismatches[run["label"]] = found
     for run in runs:
         del run["outcomes"]
+    generated = (f"; generated: {args.generated} cells, seed {args.generated_seed}, profile "
+                 f"{args.generated_profile or 'this machine'}" if args.generated else "")
     return {"label": args.label or timed, "commit": timed, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "device": platform.device_description()["device"], "cpus": os.cpu_count(),
-            "versions": platform.versions(), "select": args.select or "the whole matrix",
-            "runs": runs, "outcome_mismatches": mismatches}
+            "versions": platform.versions(),
+            "select": (args.select or "the whole matrix") + (f", shard {args.shard}" if args.shard != "1/1" else "")
+            + generated, "runs": runs, "outcome_mismatches": mismatches}
 
 
 def _row(run: dict) -> str:
     split = run["split_s"]
     return (f"| {run['label']} | {run['workers']} | {run['collected']} | {run['executed']} | {run['wall_s']} | "
-            f"**{run['executed_cells_per_s']}** | " + " | ".join(str(split[p]) for p in PHASES)
+            f"**{run['executed_cells_per_s']}** | " + " | ".join(str(split.get(p, "")) for p in PHASES)
             + f" | {split[PER_PROCESS]} | {run['executed_cell_s']} | "
             f"{run['skipped_cell_s']} | {' '.join(map(str, run['load_before']))} |")
+
+
+def _phase_row(run: dict) -> str | None:
+    phases = run.get("cell_phase_s")
+    if not phases:
+        return None
+    whole = sum(phases.values()) or 1.0
+    return f"| {run['label']} | " + " | ".join(f"{phases[p]} ({phases[p] / whole:.0%})" for p in CELL_PHASES) + " |"
 
 
 def markdown(sessions: list[dict]) -> str:
@@ -155,8 +199,13 @@ def markdown(sessions: list[dict]) -> str:
                   f"{versions} · {found['select']}_", "",
                   "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
         lines += [_row(run) for run in found["runs"]]
+        phase_rows = [row for row in map(_phase_row, found["runs"]) if row]
+        if phase_rows:
+            lines += ["", "Where the executed cells' own time went (seconds summed over cells, share):", "",
+                      "| run | " + " | ".join(CELL_PHASES) + " |", "|" + " --- |" * (len(CELL_PHASES) + 1),
+                      *phase_rows]
         mismatches = found["outcome_mismatches"]
-        lines += ["", "Every run gave every cell the same (status, reason) as the first." if not mismatches else
+        lines += ["", "Every run gave every cell the same (status, reason) as its tier's first." if not mismatches else
                   "**Outcomes differ from the first run:** " + "; ".join(
                       f"{label}: {len(found)} cells (first: {found[0]})" for label, found in mismatches.items())]
         lines += ["", *[f"- {note}" for note in found.get("notes", [])], ""]
@@ -165,7 +214,18 @@ def markdown(sessions: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.Parser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--select", default=None, help="pytest -k expression (default: the whole matrix)")
+    parser.add_argument("--select", default=None, help="pytest -k expression over the hand matrix (default: all)")
+    parser.add_argument("--shard", type=cli.shard, default="1/1", help="i/n: time one shard of each tier")
+    parser.add_argument("--generated", type=int, default=0, metavar="N",
+                        help="also time a generated tier of N cells alone (0: none)")
+    parser.add_argument("--generated-seed", type=int, default=0, help="its seed")
+    parser.add_argument("--generated-profile", default=None, help="its draw profile (default: this machine's)")
+    parser.add_argument("--generated-budget", type=float, default=0, metavar="SECONDS",
+                        help="skip generated cells that would start after this many seconds (0: no limit)")
+    parser.add_argument("--generated-only", action="store_true", help="time the generated tier alone")
+    parser.add_argument("--tree", type=cli.input_folder, default=ROOT,
+                        help="the checkout whose harness is timed (default: this one), e.g. one at the commit "
+                             "before a change")
     parser.add_argument("--workers", type=cli.worker_counts, default=default_workers(),
                         help="worker counts: the first for the cold and warm runs, the rest as extra warm runs")
     parser.add_argument("--gpus", type=cli.worker_counts, default=[],

@@ -139,7 +139,7 @@ ROWS = [
     ("bench-out-is-file", "-m harness.bench --out {d}/a_file",
      "argument --out: {d}/a_file is a file; give a folder", 2),
     ("bench-selects-nothing", "-m harness.bench --warm-only --workers 0 --select zzz_no_such_cell --out {d}/bench",
-     "the warm run: pytest stopped (no cell selected, exit status 5)", 2),
+     "the hand matrix warm run: pytest stopped (no cell selected, exit status 5)", 2),
     # python -m harness.wheelhouse
     ("wheelhouse-no-command", WHEELHOUSE, "the following arguments are required: command", 2),
     ("plan-missing-parts", f"{WHEELHOUSE} stage-plan --parts {{d}}/nope",
