@@ -29,10 +29,11 @@ from harness.reporting.totals import totals_line
 from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
 from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
 from harness.seed_bugs import ReplayError, inject
-from harness.warmup import warm_up
+from harness.warmup import plan_warm_up, wait_for_warm_up
 
 KNOWN_FAILURES = ROOT / "KNOWN_FAILURES.md"
 _CONTROLLER: dict = {}  # the controller's config, for hooks that are not handed one
+_WARM_UP_WAITED: list = []  # this process's first cell has waited for the warm-up pass
 CRASH_MARKERS = ("illegal memory access", "CUDA error", "device-side assert", "unspecified launch failure")
 
 
@@ -119,20 +120,38 @@ def _keyword_selected(cell, expression: str) -> bool:
     return Expression.compile(expression).evaluate(lambda part: any(part.lower() in name for name in names))
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers in its own sessionstart
-def pytest_sessionstart(session):
-    """The warm-up pass (harness/warmup.py), on a GPU host, over the cells the run will select."""
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's controller skips collection
+def pytest_collection(session):
+    """Start the warm-up pass (harness/warmup.py) on a GPU host, over the cells the run will select
+    (the generated ones were drawn at session start); the workers start and collect alongside it."""
     config = session.config
     if (hasattr(config, "workerinput") or not platform.HAS_GPU or config.option.collectonly
             or config.getoption("--no-warm-up") or not hasattr(config, "_attn_cells")):
-        return
+        return None
     cells = [cell for cell in config._attn_cells if _keyword_selected(cell, config.option.keyword)]
-    done = warm_up(cells, processes=getattr(config.option, "numprocesses", None) or 1,
-                   replay=config.getoption("--replay"))
-    config._attn_warm_up = done
-    terminal = config.pluginmanager.getplugin("terminalreporter")
-    if terminal:
-        terminal.write_line(done.line())
+    plan = plan_warm_up(cells, getattr(config.option, "numprocesses", None) or 1, run_dir())
+    config._attn_warm_up = plan
+    if plan.to_compile:
+        config._attn_warm_up_thread = plan.start(config.getoption("--replay"))
+    else:
+        plan.seconds = 0.0
+    return None
+
+
+def pytest_collection_finish(session):
+    config = session.config
+    if platform.HAS_GPU and any(skip_reason(cell) is None for cell in getattr(config, "_attn_cells", [])):
+        from harness.run_cell import import_sglang
+
+        import_sglang()  # here rather than in the first cell: alongside a warm-up pass, not after it
+    if not (hasattr(config, "workerinput") or config.option.collectonly) and hasattr(config, "_attn_ledger"):
+        _collected(config, [item.nodeid for item in session.items])
+
+
+def pytest_runtest_setup(item):
+    if not _WARM_UP_WAITED:
+        wait_for_warm_up(run_dir())
+        _WARM_UP_WAITED.append(True)
 
 
 def pytest_report_header(config):
@@ -267,12 +286,6 @@ def _collected(config, nodeids) -> None:
     config._attn_ledger.collected([_identity(config, cell, nodeid) for nodeid, cell in cells if cell])
 
 
-def pytest_collection_finish(session):
-    config = session.config
-    if not (hasattr(config, "workerinput") or config.option.collectonly) and hasattr(config, "_attn_ledger"):
-        _collected(config, [item.nodeid for item in session.items])
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     config = node.config
@@ -326,6 +339,10 @@ def pytest_sessionfinish(session):
         return
     terminal = config.pluginmanager.getplugin("terminalreporter")
     say = terminal.write_line if terminal else print
+    if hasattr(config, "_attn_warm_up_thread"):
+        config._attn_warm_up_thread.join()
+    if hasattr(config, "_attn_warm_up"):
+        say(config._attn_warm_up.line())
     ledger = config._attn_ledger
     records = ledger.close(session)
     run_notes = []

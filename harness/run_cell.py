@@ -186,8 +186,9 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
         yield states, server_args, backend
 
 
-def _import_sglang() -> None:
-    """The sglang modules every cell uses: the first cell a worker runs pays for them here."""
+def import_sglang() -> None:
+    """The sglang modules every cell uses: the first cell a worker runs pays for them here (or the
+    worker's collection, while a warm-up pass runs: harness/pytest_plugin.py)."""
     import sglang.srt.layers.radix_attention  # noqa: F401
     import sglang.srt.mem_cache.memory_pool  # noqa: F401
     import sglang.srt.model_executor.forward_batch_info  # noqa: F401
@@ -240,7 +241,7 @@ def run_cell(cell: Cell) -> CellResult:
     _crash_drill(cell)
     clock = PhaseClock()
     with clock.phase("imports"):
-        _import_sglang()
+        import_sglang()
     from sglang.srt.layers.radix_attention import RadixAttention
 
     mode, entry = MODES[cell.case.mode], BACKENDS[cell.backend]

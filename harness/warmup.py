@@ -3,20 +3,26 @@
 Backends compile their kernels on first use (Triton's JIT, FlashInfer's JIT, sglang's CuTe-DSL
 FA4) and keep them in per-machine disk caches (harness/kernel_caches.py). Left to the cells, every
 worker compiles the same kernels at the same moment on a cold cache, and each cell that meets a
-new configuration carries its compile in its own time. So before the workers start, the
-controller runs one cell per distinct kernel configuration of the selection, several at once,
-each in a process of its own (a crash there is the cell's to report later, not the warm-up's).
-Its outcome is thrown away: it only fills the caches. The run then records the pass as its own
-phase (run.json ``warm_up``), and no cell pays a first-call compile for a configuration the pass
-met. On a machine without a GPU, Triton's interpreter compiles nothing, so there is no pass.
+new configuration carries its compile in its own time. So the controller runs one cell per
+distinct kernel configuration of the selection, several at once, each in a process of its own (a
+crash there is the cell's to report later, not the warm-up's), while the workers start and import
+sglang; a worker's first cell waits until the pass is done. Outcomes are thrown away: the pass
+only fills the caches. Configurations compiled into a kept cache (the ledger beside the caches)
+are not run again, so a warm run, or a run on a machine given a carried cache, has nothing to
+warm. The pass is recorded as its own phase (run.json ``warm_up``). Without a GPU, Triton's
+interpreter compiles nothing, so there is no pass.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
+from harness import kernel_caches, platform
 from harness.case_strategy import DrawnCase
 from harness.cell_matrix import Cell, skip_reason
 from harness.runners import RUNNER_FORMS
@@ -25,6 +31,12 @@ from harness.runners import RUNNER_FORMS
 # backend, the mode and the runner form. Lengths and batch sizes are run-time arguments.
 KERNEL_FIELDS = ("dtype", "head_dim", "num_heads", "num_kv_heads", "page_size")
 WARM_UP_TIMEOUT_S = 600
+# In the run folder: written by the controller when the pass starts and when it ends. Cells are
+# scheduled only after the controller's collection hooks return, so a worker's first cell always
+# sees the first file if there is a pass.
+STARTED_FILE, DONE_FILE = "warm-up-started", "warm-up-done"
+WAIT_POLL_S = 0.2
+WAIT_LIMIT_S = 1800  # a controller that died mid-pass must not hold its workers for ever
 
 
 def kernel_configuration(cell: Cell) -> tuple:
@@ -33,6 +45,23 @@ def kernel_configuration(cell: Cell) -> tuple:
     spec = cell.case.spec
     return (cell.backend, cell.case.mode, RUNNER_FORMS[cell.runner].graph, spec.topk > 1, spec.draft_window > 0,
             *(getattr(spec, name) for name in KERNEL_FIELDS))
+
+
+def _ledger_key(configuration: tuple) -> str:
+    """A configuration on this stack and GPU: a new release or another GPU compiles anew."""
+    stack = {name: version for name, version in platform.versions().items() if name != "numpy"}
+    return json.dumps([platform.device_description()["device"], stack, list(configuration)])
+
+
+def _ledger() -> Path:
+    return kernel_caches.folders()[0] / "attn-harness-warmed.json"
+
+
+def _compiled() -> set[str]:
+    try:
+        return set(json.loads(_ledger().read_text()))
+    except (OSError, ValueError):
+        return set()
 
 
 def representatives(cells: list[Cell]) -> list[Cell]:
@@ -55,36 +84,72 @@ def as_drawn(cell: Cell) -> DrawnCase:
     return DrawnCase(cell.case.mode, fields)
 
 
-@dataclass(frozen=True)
+@dataclass
 class WarmUp:
-    configurations: int
+    """The pass as the controller runs it: started in a thread, waited on by the cells."""
+
+    configurations: int  # distinct kernel configurations of the selection
+    to_compile: list[Cell]  # the representatives of those not in the ledger
     processes: int
-    seconds: float
+    run_folder: Path
+    seconds: float | None = None
 
     def as_report(self) -> dict:
-        return dict(configurations=self.configurations, processes=self.processes, seconds=round(self.seconds, 1))
+        return dict(configurations=self.configurations, compiled=len(self.to_compile), processes=self.processes,
+                    seconds=None if self.seconds is None else round(self.seconds, 1))
 
     def line(self) -> str:
-        return (f"attn-harness warm-up: {self.configurations} kernel configurations compiled in "
-                f"{self.seconds:.1f} s by {self.processes} processes, before the cells")
+        return (f"attn-harness warm-up: {len(self.to_compile)} of {self.configurations} kernel configurations "
+                f"compiled in {self.seconds or 0:.1f} s by {self.processes} processes, alongside the workers' start "
+                f"(the rest were in the kept cache)")
 
+    def _run_share(self, share: list[Cell], replay: str | None) -> list[Cell]:
+        from harness.shrink import CellExecutor
 
-def warm_up(cells: list[Cell], processes: int, replay: str | None) -> WarmUp:
-    """Run one cell per kernel configuration, ``processes`` at a time; their outcomes are dropped."""
-    from harness.shrink import CellExecutor
-
-    chosen = representatives(cells)
-    started = time.perf_counter()
-    processes = max(1, min(processes, len(chosen)))
-
-    def run_share(share: list[Cell]) -> None:
-        executor = CellExecutor(replay, timeout_s=WARM_UP_TIMEOUT_S)
+        executor, done = CellExecutor(replay, timeout_s=WARM_UP_TIMEOUT_S), []
         try:
             for cell in share:
-                executor.run(as_drawn(cell))
+                if executor.run(as_drawn(cell))["status"] in ("passed", "failed", "skipped"):
+                    done.append(cell)  # a crash or a timeout may have left its kernels uncompiled
         finally:
             executor.close()
+        return done
 
-    with ThreadPoolExecutor(processes) as pool:
-        list(pool.map(run_share, [chosen[i::processes] for i in range(processes)]))
-    return WarmUp(len(chosen), processes if chosen else 0, time.perf_counter() - started)
+    def _run(self, replay: str | None) -> None:
+        started = time.perf_counter()
+        try:
+            shares = [self.to_compile[i::self.processes] for i in range(self.processes)]
+            with ThreadPoolExecutor(max(1, self.processes)) as pool:
+                done = [cell for found in pool.map(lambda share: self._run_share(share, replay), shares)
+                        for cell in found]
+            if done:
+                ledger = _ledger()
+                ledger.parent.mkdir(parents=True, exist_ok=True)
+                known = _compiled() | {_ledger_key(kernel_configuration(cell)) for cell in done}
+                ledger.write_text(json.dumps(sorted(known), indent=0) + "\n")
+        finally:
+            self.seconds = time.perf_counter() - started
+            (self.run_folder / DONE_FILE).write_text(f"{self.seconds:.1f}\n")
+
+    def start(self, replay: str | None) -> threading.Thread:
+        (self.run_folder / STARTED_FILE).write_text(f"{len(self.to_compile)} configurations\n")
+        thread = threading.Thread(target=self._run, args=(replay,), daemon=True)
+        thread.start()
+        return thread
+
+
+def plan_warm_up(cells: list[Cell], processes: int, run_folder: Path) -> WarmUp:
+    """The configurations of ``cells`` and which of them the kept cache does not hold yet."""
+    chosen = representatives(cells)
+    compiled = _compiled()
+    to_compile = [cell for cell in chosen if _ledger_key(kernel_configuration(cell)) not in compiled]
+    return WarmUp(len(chosen), to_compile, max(1, min(processes, len(to_compile))), run_folder)
+
+
+def wait_for_warm_up(run_folder: Path) -> None:
+    """A process's first cell: wait while the controller's pass runs, if there is one."""
+    if not (run_folder / STARTED_FILE).exists():
+        return
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while not (run_folder / DONE_FILE).exists() and time.monotonic() < deadline:
+        time.sleep(WAIT_POLL_S)
