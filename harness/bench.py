@@ -1,4 +1,4 @@
-"""Speed benchmark: `python -m harness.bench` -> reports/<cpu|gpu>/BENCH.{json,md}.
+"""Speed benchmark: `python -m harness.bench` -> out/<cpu|gpu>/BENCH.{json,md}.
 
 Times whole pytest runs of the cell matrix as a user meets them (process start, worker start-up,
 imports, collection, the cells, the ledger at the end): first with cold kernel caches (FlashInfer
@@ -7,7 +7,8 @@ matrix over 1, 2, ... GPUs (`--gpus 1,2`). Each run reports executed cells per s
 cells do not count) and the split of its wall time (harness/bench_timer.py), and every run must
 give every cell the same (status, reason) as the first; a difference is listed and fails the
 command. Each invocation is one session, labelled with the commit it timed and the machine's
-load, added to the sessions already in BENCH.json, so before/after figures sit side by side.
+load, added to the sessions already in BENCH.json (out/, else the recorded reports/), so before/after
+figures sit side by side.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from harness import ROOT, cli, gpu_slots, platform
 from harness.bench_timer import TIMES_ENV
 from harness.reporting.outcomes import differences, load_cells, outcomes
-from harness.results import REPORTS_DIR, RUN_ID_ENV
+from harness.results import OUTPUT_DIR, RECORDED_DIR, RUN_ID_ENV, SECTION, run_folder
 
 KERNEL_CACHES = (Path.home() / ".cache" / "flashinfer", Path.home() / ".triton" / "cache")
 PHASES = ("start + imports", "collection", "cells", "wind-down")
@@ -60,7 +61,7 @@ def phase_split(marks: list[dict], launched: float, wall: float) -> dict:
 def timed_run(label: str, workers: int, select: str | None, gpus: list[str] | None = None) -> dict:
     """One pytest run of the matrix; its figures and its cells' outcomes (under "outcomes")."""
     run = f"bench-{label.replace(' ', '-').replace('=', '')}-{int(time.time())}"
-    folder = REPORTS_DIR / "cells" / run
+    folder = run_folder(run)
     times = folder.parent / f"{run}.times.jsonl"
     env = {**os.environ, RUN_ID_ENV: run, TIMES_ENV: str(times)}
     if gpus is not None:
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default=None, help="the session's heading (default: the timed commit)")
     parser.add_argument("--note", action="append", default=[], help="a line of context kept with the session")
     parser.add_argument("--out", type=cli.output_folder,
-                        default=str(REPORTS_DIR / ("gpu" if platform.HAS_GPU else "cpu")))
+                        default=str(OUTPUT_DIR / SECTION))
     args = parser.parse_args(argv)
     try:
         found = {**session(args), "notes": args.note}
@@ -182,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m harness.bench: {error}", file=sys.stderr)
         return 2
     path = args.out / "BENCH.json"
-    sessions = json.loads(path.read_text())["sessions"] if path.exists() else []
+    # Sessions add up: to this folder's earlier ones, else to the recorded ones (python -m harness record).
+    earlier = path if path.exists() else RECORDED_DIR / SECTION / "BENCH.json"
+    sessions = json.loads(earlier.read_text())["sessions"] if earlier.exists() else []
     sessions.append(found)
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"sessions": sessions}, indent=2) + "\n")

@@ -2,7 +2,7 @@
 
 A change made for speed (skips decided at collection, cells spread over several GPUs, reused
 backends) must not change what any cell says. `python -m harness.reporting same-outcomes A B`
-is that check, over results.json files or run folders (reports/cells/<run>/); the benchmark
+is that check, over results.json files or run folders (out/cells/<run>/); the benchmark
 applies it to its own runs.
 """
 
