@@ -61,6 +61,11 @@ class Tally:
         return self.skip_reasons.most_common(1)[0][0] if self.skip_reasons else None
 
 
+def shortened(text: str, chars: int) -> str:
+    """`text` cut to at most `chars` characters, an ellipsis marking the cut (reasons in narrow places)."""
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
 def column_of(cell: Mapping, with_padding: bool) -> Column:
     if with_padding and cell["padding"] is not None:
         return (cell["mode"], cell["runner"], cell["padding"])

@@ -16,7 +16,7 @@ from typing import Mapping
 from harness import ROOT
 from harness.reporting.cell_schema import ReportingError
 from harness.reporting.markdown import markdown_table, md_cell
-from harness.reporting.matrix import Tally, build_matrix, column_label
+from harness.reporting.matrix import Tally, build_matrix, column_label, shortened
 from harness.reporting.runs import RunFacts
 
 SECTIONS = ("gpu", "cpu")
@@ -32,9 +32,7 @@ def _square(tally: Tally | None) -> str:
     if tally is None:
         return "–"
     if not tally.executed and not tally.not_run:
-        reason = tally.main_skip_reason
-        short = reason if len(reason) <= SKIP_REASON_CHARS else reason[: SKIP_REASON_CHARS - 1] + "…"
-        return f"skip: {md_cell(short)}"
+        return f"skip: {md_cell(shortened(tally.main_skip_reason, SKIP_REASON_CHARS))}"
     text = f"{tally.passed}/{tally.executed}"
     if tally.unexpected:
         text += " ❌"
