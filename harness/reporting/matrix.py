@@ -1,5 +1,5 @@
 """The backend x (mode, runner[, padding]) aggregation that SUMMARY.md, matrix.png and the
-README tables all draw, so the three can never disagree about a count.
+docs matrix all draw, so the three can never disagree about a count.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from harness.reporting.runs import RunFacts
 
 SECTIONS = ("gpu", "cpu")
 MATRIX_PAGE = ROOT / "docs" / "results.md"  # the page that holds every section's matrix
-SKIP_REASON_CHARS = 40  # a README square stays narrow; SUMMARY.md has the full reasons
+SKIP_REASON_CHARS = 40  # a matrix square stays narrow; SUMMARY.md has the full reasons
 
 
 def markers(section: str) -> tuple[str, str]:
@@ -60,7 +60,7 @@ def render_block(results: Mapping, section: str) -> str:
 
 
 def replace_block(readme: str, section: str, block: str, readme_name: str) -> str:
-    """Return the README text with the section's block replaced; the markers must exist once each."""
+    """Return the page's text with the section's block replaced; the markers must exist once each."""
     start, end = markers(section)
     for marker in (start, end):
         count = readme.count(marker)
@@ -84,7 +84,7 @@ def page_with_matrix(page: Path, results: Mapping, section: str) -> tuple[str, s
 
 
 def readme_diff(current: str, expected: str, readme_name: str) -> str:
-    """Unified diff from the committed README to the one the results produce ('' when equal)."""
+    """Unified diff from the committed page to the one the results produce ('' when equal)."""
     return "".join(difflib.unified_diff(
         current.splitlines(keepends=True),
         expected.splitlines(keepends=True),
