@@ -1,4 +1,4 @@
-"""Speed benchmark: `python -m harness.bench` -> reports/<cpu|gpu>/BENCH.{json,md}.
+"""Speed benchmark: `python -m harness.bench` -> out/<cpu|gpu>/BENCH.{json,md}.
 
 Times whole pytest runs as a user meets them (process start, worker start-up, imports, the
 warm-up pass, collection, the cells, the ledger at the end), over two tiers: the hand matrix
@@ -11,7 +11,8 @@ where its cells' own time went (the phases of harness/results.py, summed); every
 must give every cell the same (status, reason) as the tier's first, or the command lists the
 cells and fails. ``--tree`` times another checkout of the harness (the code before a change) with
 this benchmark. Each invocation is one session, labelled with the commit it timed and the
-machine's load, added to the sessions already in BENCH.json, so before/after sit side by side.
+machine's load, added to the sessions already in BENCH.json (out/, else the recorded reports/),
+so before/after sit side by side.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from harness import ROOT, cli, gpu_slots, kernel_caches, platform
 from harness.bench_timer import TIMES_ENV
 from harness.reporting.outcomes import differences, load_cells, outcomes
 from harness.results import PHASES as CELL_PHASES
-from harness.results import REPORTS_DIR, RUN_ID_ENV
+from harness.results import CELLS_DIR, OUTPUT_DIR, RECORDED_DIR, RUN_ID_ENV, SECTION
 
 PHASES = ("start + imports", "warm-up", "collection", "cells", "wind-down")
 PER_PROCESS = "per process start + imports"  # the median over the processes that ran cells
@@ -69,6 +70,13 @@ def cell_phases(executed: list[dict]) -> dict:
     return {name: round(sum(cell["phase_s"].get(name, 0.0) for cell in timed), 1) for name in CELL_PHASES}
 
 
+def tree_run_folder(tree: Path, run: str) -> Path:
+    """Where ``tree``'s harness put this run's records: out/cells/<run>, or reports/cells/<run> for a
+    checkout from before runs moved to out/ (so --tree can time the code before a change)."""
+    current = tree / CELLS_DIR.relative_to(ROOT) / run
+    return current if current.is_dir() else tree / RECORDED_DIR.relative_to(ROOT) / "cells" / run
+
+
 def tier_args(tier: str, args) -> list[str]:
     """The pytest arguments that select a tier's cells."""
     if tier == HAND:
@@ -81,8 +89,7 @@ def tier_args(tier: str, args) -> list[str]:
 def timed_run(label: str, workers: int, pytest_args: list[str], tree: Path, gpus: list[str] | None = None) -> dict:
     """One pytest run of ``tree``'s cells; its figures and its cells' outcomes (under "outcomes")."""
     run = f"bench-{label.replace(' ', '-').replace('=', '')}-{int(time.time())}"
-    folder = tree / REPORTS_DIR.relative_to(ROOT) / "cells" / run
-    times = REPORTS_DIR / "cells" / f"{run}.times.jsonl"
+    times = CELLS_DIR / f"{run}.times.jsonl"
     times.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, RUN_ID_ENV: run, TIMES_ENV: str(times.resolve())}
     if gpus is not None:
@@ -96,6 +103,7 @@ def timed_run(label: str, workers: int, pytest_args: list[str], tree: Path, gpus
     marks = [json.loads(line) for line in times.read_text().splitlines()] if times.exists() else []
     times.unlink(missing_ok=True)
     stopped = cli.pytest_stopped(done.returncode, f"the {label} run")
+    folder = tree_run_folder(tree, run)
     if stopped or not folder.is_dir():
         last = (done.stderr + done.stdout).strip().splitlines()[-1:] or [""]
         raise cli.UsageError(f"{stopped or f'the {label} run recorded no cell'}: {last[0]}")
@@ -234,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default=None, help="the session's heading (default: the timed commit)")
     parser.add_argument("--note", action="append", default=[], help="a line of context kept with the session")
     parser.add_argument("--out", type=cli.output_folder,
-                        default=str(REPORTS_DIR / ("gpu" if platform.HAS_GPU else "cpu")))
+                        default=str(OUTPUT_DIR / SECTION))
     args = parser.parse_args(argv)
     try:
         found = {**session(args), "notes": args.note}
@@ -242,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m harness.bench: {error}", file=sys.stderr)
         return 2
     path = args.out / "BENCH.json"
-    sessions = json.loads(path.read_text())["sessions"] if path.exists() else []
+    # Sessions add up: to this folder's earlier ones, else to the recorded ones (python -m harness record).
+    earlier = path if path.exists() else RECORDED_DIR / SECTION / "BENCH.json"
+    sessions = json.loads(earlier.read_text())["sessions"] if earlier.exists() else []
     sessions.append(found)
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"sessions": sessions}, indent=2) + "\n")

@@ -4,8 +4,8 @@ A user's mistake (a wrong flag value, a missing input, an --out in a folder that
 exist) is answered with one line naming the flag and what would be valid, and exit status 2,
 before any work starts: argparse's own error prints the whole usage block, and a path problem
 found halfway through a run prints a traceback. Outputs go where the user says and nowhere
-else: a missing parent folder is created only inside the harness's own folders (reports/, and
-.carry/ for the GPU runner's transfers), never elsewhere on the user's behalf.
+else: a missing parent folder is created only inside the harness's own folders (out/, where runs
+write, and reports/, where they are recorded), never elsewhere on the user's behalf.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness import ROOT
+from harness.results import OUTPUT_DIR, RECORDED_DIR
 
-OWN_FOLDERS = (ROOT / "reports", ROOT / ".carry", Path("reports"))  # Path("reports"): the caller's
+OWN_FOLDERS = (OUTPUT_DIR, RECORDED_DIR)
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no cell selected"}
 NO_CELL_RAN = (4, 5)  # pytest exit statuses with which it never ran a cell
 
@@ -62,12 +62,12 @@ def _parent_problem(path: Path) -> str | None:
     if parent.exists() and not parent.is_dir():
         return f"{parent} is a file, not a folder"
     if not parent.exists() and not _owned(path):
-        return f"folder {parent} does not exist; create it first (only reports/ is created for you)"
+        return f"folder {parent} does not exist; create it first (only out/ and reports/ are created for you)"
     return None
 
 
 def output_file(text: str) -> Path:
-    """A file to write: not a folder, in a folder that exists (or inside reports/)."""
+    """A file to write: not a folder, in a folder that exists (or inside out/ or reports/)."""
     path = Path(text)
     problem = f"{text} is a folder; give a file path" if path.is_dir() else _parent_problem(path)
     if problem:
@@ -76,7 +76,7 @@ def output_file(text: str) -> Path:
 
 
 def output_folder(text: str) -> Path:
-    """A folder to write into: created if missing, but only inside one that exists (or reports/)."""
+    """A folder to write into: created if missing, but only inside one that exists (or out/ or reports/)."""
     path = Path(text)
     problem = f"{text} is a file; give a folder" if path.exists() and not path.is_dir() else _parent_problem(path)
     if problem:

@@ -3,7 +3,7 @@
 The cells join the hand-made ones (or replace them, --generated-only) after
 harness/pytest_plugin.py has collected those. The controller counts what the
 generated cells did and the time they took, shrinks failing ones to
-reproducer case files under reports/<cpu|gpu>/reproducers/, prints both, and
+reproducer case files under out/<cpu|gpu>/reproducers/, prints both, and
 leaves them on config._attn_generated for the run record (run.json).
 """
 
@@ -18,7 +18,7 @@ from harness import platform
 from harness.cell_matrix import expand_cells, in_shard, rerun_command
 from harness.draw_caps import PROFILES
 from harness.generated import Generated, generated_tier
-from harness.results import REPORTS_DIR
+from harness.results import OUTPUT_DIR, SECTION
 from harness.shrink import CellExecutor, Shrunk, shrink
 
 OUTCOMES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed")
@@ -83,7 +83,7 @@ class GeneratedRun:
         config = session.config
         if not self.controller:
             return
-        out_dir = REPORTS_DIR / ("gpu" if platform.HAS_GPU else "cpu") / "reproducers"
+        out_dir = OUTPUT_DIR / SECTION / "reproducers"
         replay = config.getoption("--replay")
         executor = CellExecutor(replay, timeout_s=config.getoption("--shrink-budget"))
         classes: set[str] = set()
@@ -126,7 +126,7 @@ class GeneratedRun:
         for cell_id in self.failures:
             terminalreporter.write_line(f"rerun generated {cell_id}: {self.rerun(cell_id)}")
         for shrunk in self.reproducers:
-            terminalreporter.write_line(f"reproducer {shrunk.case_file.relative_to(REPORTS_DIR.parent)} "
+            terminalreporter.write_line(f"reproducer {shrunk.case_file.relative_to(OUTPUT_DIR.parent)} "
                                         f"({shrunk.runs} runs, {shrunk.wall_s:.0f} s): {shrunk.failure}", red=True)
             terminalreporter.write_line(f"  rerun: {shrunk.rerun}")
         for reason in self.not_shrunk:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from harness import ROOT
-from harness.results import REPORTS_DIR, RUN_ID_ENV, read_records, run_id
+from harness.results import RUN_ID_ENV, read_records, run_folder, run_id
 
 LONE_TIMEOUT_S = 600
 CONFIRM_DEFAULT = 5  # lone re-runs per session; each costs a process start (and, on a GPU, a CUDA context)
@@ -60,7 +60,7 @@ def run_alone(nodeid: str, args: list[str], label: str, *, prefix: tuple[str, ..
         output = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(errors="replace")
         return LoneOutcome(None, f"lone run timed out after {timeout:.0f} s", output)
     output = done.stdout + done.stderr
-    record = next((r for r in read_records(REPORTS_DIR / "cells" / lone_id).values() if r.get("nodeid") == nodeid),
+    record = next((r for r in read_records(run_folder(lone_id)).values() if r.get("nodeid") == nodeid),
                   None)
     if record is not None:
         status = None if record["status"] == "not_run" else record["status"]  # not_run says nothing of the cell

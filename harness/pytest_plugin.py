@@ -25,6 +25,7 @@ from harness.cell_matrix import cell_defining_args, expand_cells, in_shard, reru
 from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
 from harness.pools import DRAW_PLACES, DRAWS_ENV
 from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summary, confirm_crashes
+from harness.reporting.per_backend import per_backend_lines
 from harness.reporting.totals import totals_line
 from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
 from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
@@ -314,6 +315,11 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"rerun: {rerun_command(report.nodeid, config._attn_cell_args)}")
     for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells]):
         terminalreporter.write_line(f"STALE known failure {entry.id}: matches no cell of this run", yellow=True)
+    records = getattr(config, "_attn_records", None)  # the cells the last line accounts for (pytest_sessionfinish)
+    if records:
+        terminalreporter.write_sep("-", "attn-harness cells per backend")
+        for line in per_backend_lines(records):
+            terminalreporter.write_line(line)
 
 
 def _after_the_run(config, records: list[dict], say) -> list[str]:
@@ -353,6 +359,7 @@ def pytest_sessionfinish(session):
     not_run = sum(record["status"] == "not_run" for record in records)
     if not_run and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    config._attn_records = records
     config._attn_last_line = totals_line(records, str(ledger.folder / NOT_RUN_LIST)) if records else None
     info = {
         "run_id": run_id(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(config._attn_started)),

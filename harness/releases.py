@@ -53,7 +53,7 @@ def installed() -> Installed:
     if version is None:
         raise UnsupportedVersionError(
             f"sglang is not installed; `bash .ci/install` installs sglang {NEWEST} into .venv "
-            "(see README, Supported releases)")
+            "(see docs/releases.md)")
     key = version_key(version)
     if key < version_key(KNOWN_RELEASES[0]):
         raise UnsupportedVersionError(

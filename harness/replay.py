@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from harness import ROOT, cli, platform
-from harness.results import REPORTS_DIR, RUN_ID_ENV
+from harness.results import OUTPUT_DIR, RUN_ID_ENV, SECTION, run_folder
 from harness.seed_bugs import SEED_BUGS
 
 KILLING = ("failed", "crashed")
@@ -49,7 +49,7 @@ def _run(bug_id: str | None, selector: str | None, workers: str, tier: Tier) -> 
     if done.returncode in (3, 4):  # internal or usage error: the replay itself did not apply
         tail = (done.stderr + done.stdout).strip().splitlines()[-3:]
         raise SystemExit(f"replay {bug_id or 'clean'} could not run: {' / '.join(tail)}")
-    folder = REPORTS_DIR / "cells" / run
+    folder = run_folder(run)
     return [json.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_text().splitlines()]
 
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bug", action="append", choices=sorted(SEED_BUGS), help="replay only these")
     parser.add_argument("-n", "--workers", type=cli.workers, default="auto")
     parser.add_argument("--out", type=cli.output_folder,
-                        default=str(REPORTS_DIR / ("gpu" if platform.HAS_GPU else "cpu")))
+                        default=str(OUTPUT_DIR / SECTION))
     parser.add_argument("--generated", type=int, default=0, metavar="N",
                         help="replay against N generated cells alone (hand-made cases off)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated cells")

@@ -1,4 +1,8 @@
-"""The run folder, reports/cells/<run_id>/: what a run collected and what became of each cell.
+"""Where runs write, and the run folder, out/cells/<run_id>/: what a run collected and what became of each cell.
+
+Every command writes under OUTPUT_DIR unless the user names a path, so running never dirties
+the checkout. The results the README and docs show live under RECORDED_DIR (tracked) and change
+only through `python -m harness record` (harness/record.py), which copies a run's outputs there.
 
 Files, each written as soon as its facts are known so that a crash loses nothing:
 - `collected.json`: the cells the run collected, written by the controller before any runs;
@@ -26,9 +30,12 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from harness import ROOT
+from harness import ROOT, platform
 
-REPORTS_DIR = ROOT / "reports"
+OUTPUT_DIR = ROOT / "out"  # git-ignored: everything a command writes unless the user names a path
+RECORDED_DIR = ROOT / "reports"  # tracked: recorded results, written only by `python -m harness record`
+CELLS_DIR = OUTPUT_DIR / "cells"  # one run folder per run id
+SECTION = "gpu" if platform.HAS_GPU else "cpu"  # this machine's section: out/<section>/, reports/<section>/
 RUN_ID_ENV = "ATTN_HARNESS_RUN_ID"
 MANIFEST = "collected.json"
 NOTES_GLOB = "notes-*.json"
@@ -43,8 +50,14 @@ def run_id() -> str:
     return os.environ[RUN_ID_ENV]
 
 
-def run_dir(base: Path = REPORTS_DIR) -> Path:
-    path = base / "cells" / run_id()
+def run_folder(run: str) -> Path:
+    """The folder of the run with this id (created by the run itself, not here)."""
+    return CELLS_DIR / run
+
+
+def run_dir() -> Path:
+    """This run's folder, created on first use."""
+    path = run_folder(run_id())
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -59,8 +72,8 @@ def cell_record(identity: dict, status: str, reason: str | None, *, wall_s: floa
             **dict.fromkeys(MEASURES), **(measures or {}), "wall_s": wall_s}
 
 
-def append_record(record: dict, worker: str, base: Path = REPORTS_DIR) -> None:
-    with open(run_dir(base) / f"{worker}.jsonl", "a") as handle:
+def append_record(record: dict, worker: str) -> None:
+    with open(run_dir() / f"{worker}.jsonl", "a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
@@ -83,21 +96,21 @@ def read_records(folder: Path) -> dict[str, dict]:
     return found
 
 
-def write_manifest(identities: list[dict], base: Path = REPORTS_DIR) -> Path:
-    path = run_dir(base) / MANIFEST
+def write_manifest(identities: list[dict]) -> Path:
+    path = run_dir() / MANIFEST
     path.write_text(json.dumps({"cells": identities}, indent=1) + "\n", encoding="utf-8")
     return path
 
 
-def write_notes(name: str, notes: dict[str, dict], base: Path = REPORTS_DIR) -> Path:
+def write_notes(name: str, notes: dict[str, dict]) -> Path:
     """Fields to add to cells' records, e.g. {"<cell id>": {"reproduced_alone": True}}."""
-    path = run_dir(base) / NOTES_GLOB.replace("*", name)
+    path = run_dir() / NOTES_GLOB.replace("*", name)
     path.write_text(json.dumps(notes, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return path
 
 
-def write_run_info(info: dict, base: Path = REPORTS_DIR) -> Path:
-    path = run_dir(base) / "run.json"
+def write_run_info(info: dict) -> Path:
+    path = run_dir() / "run.json"
     path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return path
 

@@ -24,7 +24,7 @@ from harness.accounting import NOT_RUN_LIST
 from harness.lone_run import ROOT, confirm_crashes
 from harness.reporting.junit import junit_tree
 from harness.reporting.merge import merge_runs
-from harness.results import MANIFEST, REPORTS_DIR, RUN_ID_ENV
+from harness.results import MANIFEST, RUN_ID_ENV, run_folder
 from harness.run_cell import FORCE_CRASH_ENV
 
 DRILL_CASES = "harness/testdata/drill_cases"
@@ -43,7 +43,7 @@ def drill(tmp_path):
 
     def run(*args, env=None, crashing=CRASHING):
         run_id = f"drill-{uuid.uuid4().hex[:8]}"
-        folders.append(REPORTS_DIR / "cells" / run_id)
+        folders.append(run_folder(run_id))
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "1", "--cases-dir", DRILL_CASES,
              "harness/test_cases.py", *args],
@@ -126,7 +126,7 @@ def test_lone_run_refutes_a_crash_blamed_on_a_healthy_cell(monkeypatch):
     try:
         notes = confirm_crashes([blamed], ["--cases-dir", DRILL_CASES], budget=1, say=said.append)
     finally:
-        shutil.rmtree(REPORTS_DIR / "cells" / os.environ[RUN_ID_ENV], ignore_errors=True)
+        shutil.rmtree(run_folder(os.environ[RUN_ID_ENV]), ignore_errors=True)
     assert notes == {CELL.format(5): {"reproduced_alone": False, "lone_run": "passed: no message"}}
     assert "DID NOT reproduce alone" in said[0]
 

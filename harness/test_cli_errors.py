@@ -4,7 +4,7 @@ Each row runs the real command in a subprocess from the repository root, as a us
 checks: the exit status is non-zero, nothing is a traceback, the last line says what is wrong
 (naming the flag or the file), commands that start no pytest print exactly that one line, and
 no file appears or disappears anywhere but where the user pointed (nor in the repository,
-reports/cells aside, which pytest's own run records use).
+the output folder out/ aside, where pytest's own run records go).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 from harness import ROOT
 from harness.reporting.test_reporting import RUN, make_cell
-from harness.results import RUN_ID_ENV
+from harness.results import OUTPUT_DIR, RUN_ID_ENV
 from harness.wheelhouse.manifest import FORMAT as MANIFEST_FORMAT
 
 BAD_CASE = Path(__file__).parent / "testdata" / "bad_cases" / "int_as_quoted_text.yaml"
@@ -117,14 +117,19 @@ ROWS = [
     ("merge-out-in-missing-folder", f"{REPORTING} merge {{d}}/run --out-dir {{d}}/missing/out",
      "argument --out-dir: folder {d}/missing does not exist", 2),
     # python -m harness run
-    ("harness-no-command", "-m harness", "the following arguments are required: run", 2),
+    ("harness-no-command", "-m harness", "the following arguments are required: {run,record}", 2),
     ("harness-unknown-command", "-m harness bogus", "invalid choice: 'bogus'", 2),
     ("run-shard-not-fraction", "-m harness run --shard x", "argument --shard: 'x': expected i/n, e.g. 1/4", 2),
     ("run-shard-out-of-range", "-m harness run --shard 3/2", "argument --shard: '3/2': i must be between 1 and n", 2),
     ("run-workers-not-number", "-m harness run -n many",
      "argument -n/--workers: 'many': expected a number of workers", 2),
     ("run-unknown-section", "-m harness run --section tpu", "invalid choice: 'tpu'", 2),
-    ("run-bad-case-file", "-m harness run -n 0 --no-readme -- --cases-dir {d}/bad_cases",
+    ("record-unknown-section", "-m harness record --section tpu", "invalid choice: 'tpu'", 2),
+    ("record-missing-folder", "-m harness record --section cpu --from {d}/nope",
+     "argument --from: {d}/nope: no such folder", 2),
+    ("record-nothing-to-record", "-m harness record --section cpu --from {d}/empty_run",
+     "{d}/empty_run: nothing to record for section cpu; it keeps results.json (python -m harness run)", 2),
+    ("run-bad-case-file", "-m harness run -n 0 -- --cases-dir {d}/bad_cases",
      "pytest stopped (usage error, exit status 4); no reports written", 4),
     # python -m harness.replay, python -m harness.bench
     ("replay-unknown-bug", "-m harness.replay --bug nope", "argument --bug: invalid choice: 'nope'", 2),
@@ -191,7 +196,7 @@ def _files(root: Path, skip: set[Path] = frozenset()) -> set[str]:
 @pytest.mark.parametrize("row_id, command, expected, status", ROWS, ids=[row[0] for row in ROWS])
 def test_bad_input_gives_one_clear_line(inputs, row_id, command, expected, status):
     env = {k: v for k, v in os.environ.items() if k != RUN_ID_ENV and not k.startswith("PYTEST_")}
-    skip = {ROOT / "reports" / "cells"}
+    skip = {OUTPUT_DIR}
     before, repo_before = _files(inputs), _files(ROOT, skip)
     done = subprocess.run([sys.executable, *shlex.split(command.replace("{d}", str(inputs)))], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)

@@ -3,11 +3,12 @@
 `python -m harness.versions run` builds one virtual environment per release from its lock file
 (locks/sglang-<version>.txt, a full `pip freeze` installed with --no-deps, so every release runs
 on exactly the stack it was measured on), runs the cell matrix in each, and writes
-reports/versions/: VERSIONS.md (cells x releases, and for each cell whose status changes, the
-first release where it changed) and versions.json (every cell's status on every release), which
-are committed, and one results.json per release under <release>/ (git-ignored: 1.5 MB each, and
+out/versions/: VERSIONS.md (cells x releases, and for each cell whose status changes, the
+first release where it changed), versions.json (every cell's status on every release) and one
+results.json per release under <release>/. `python -m harness record --section versions` copies
+the two tables to reports/versions/; the per-release results stay out of git (1.5 MB each, and
 the repository travels to the GPU runner within 64 MiB per call).
-`python -m harness.versions report` re-renders the tables from the recorded results.
+`python -m harness.versions report` re-renders the tables from the per-release results.
 
 Environments live in the folder the user names (--venvs, default .venvs/, gitignored); they are
 built with uv when it is installed (hard links from one cache: seven torch stacks cost one),
@@ -30,10 +31,10 @@ from harness import ROOT
 from harness.releases import KNOWN_RELEASES, version_key
 from harness.reporting.cell_schema import ReportingError, load_results
 from harness.reporting.markdown import markdown_table
-from harness.results import REPORTS_DIR, RUN_ID_ENV
+from harness.results import OUTPUT_DIR, RUN_ID_ENV, run_folder
 
 LOCKS = ROOT / "locks"
-OUT = REPORTS_DIR / "versions"
+OUT = OUTPUT_DIR / "versions"
 STAMP = ".attn-harness-lock"
 
 
@@ -87,7 +88,7 @@ def run_release(release: str, python: Path, out: Path, workers: str, pytest_args
     subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers,
                     "harness/test_cases.py", *pytest_args], cwd=ROOT, env=env, check=False)
     target = out / release
-    _check([str(python), "-m", "harness.reporting", "merge", str(REPORTS_DIR / "cells" / run),
+    _check([str(python), "-m", "harness.reporting", "merge", str(run_folder(run)),
             "--out-dir", str(target)], release)
     return {"release": release, "wall_s": round(time.time() - started, 1)}
 

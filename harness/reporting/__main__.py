@@ -18,12 +18,14 @@ from harness.reporting.junit import write_junit
 from harness.reporting.merge import merge_runs, write_results
 from harness.reporting.outcomes import report as outcomes_report
 from harness.reporting.phases import render_phases
-from harness.reporting.readme_matrix import SECTIONS, readme_diff, render_block, replace_block
+from harness.reporting.readme_matrix import MATRIX_PAGE, SECTIONS, page_with_matrix, readme_diff
 from harness.reporting.summary import render_summary
 from harness.reporting.totals import totals_line
+from harness.results import OUTPUT_DIR, SECTION
 
-# Defaults are text so that argparse checks them like a path the user typed.
-REPORTS = "reports"
+# Defaults are text so that argparse checks them like a path the user typed: this machine's
+# section of the output folder, where `python -m harness run` writes.
+REPORTS = str(OUTPUT_DIR / SECTION)
 RESULTS = f"{REPORTS}/results.json"
 
 
@@ -63,9 +65,7 @@ def cmd_heatmap(args: argparse.Namespace) -> int:
 
 
 def cmd_readme_matrix(args: argparse.Namespace) -> int:
-    current = args.readme.read_text(encoding="utf-8")
-    block = render_block(load_results(args.results), args.section)
-    expected = replace_block(current, args.section, block, str(args.readme))
+    current, expected = page_with_matrix(args.readme, load_results(args.results), args.section)
     if args.check:
         diff = readme_diff(current, expected, str(args.readme))
         if diff:
@@ -99,7 +99,7 @@ def cmd_same_outcomes(args: argparse.Namespace) -> int:
 
 
 def results_or_run(text: str) -> Path:
-    """A results.json or a run folder (reports/cells/<run>/)."""
+    """A results.json or a run folder (out/cells/<run>/)."""
     return cli.input_folder(text) if Path(text).is_dir() else cli.input_file(text)
 
 
@@ -120,12 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     merge = sub.add_parser("merge", help="cell lines of run folders -> results.json + junit.xml")
     merge.add_argument("run_dirs", nargs="+", type=cli.input_folder,
-                       help="reports/cells/<run_id> folders; later ones win")
+                       help="out/cells/<run_id> folders; later ones win")
     merge.add_argument("--out-dir", type=cli.output_folder, default=REPORTS)
     merge.set_defaults(func=cmd_merge)
 
     phases = sub.add_parser("phases", help="run folders -> where the cells' time went, per phase (markdown)")
-    phases.add_argument("run_dirs", nargs="+", type=cli.input_folder, help="reports/cells/<run_id> folders")
+    phases.add_argument("run_dirs", nargs="+", type=cli.input_folder, help="out/cells/<run_id> folders")
     phases.set_defaults(func=cmd_phases)
 
     summary = sub.add_parser("summary", help="results.json -> SUMMARY.md")
@@ -139,11 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     heatmap.add_argument("--out", type=image_file, default=f"{REPORTS}/matrix.png")
     heatmap.set_defaults(func=cmd_heatmap)
 
-    readme = sub.add_parser("readme-matrix", help="rewrite (or --check) the README matrix block")
-    readme.add_argument("--results", type=cli.input_file, default=RESULTS)
-    readme.add_argument("--readme", type=cli.input_file, default="README.md")
+    readme = sub.add_parser("readme-matrix", help="rewrite (or --check) a section's matrix on docs/results.md")
+    readme.add_argument("--results", type=cli.input_file, required=True,
+                        help="the recorded reports/<section>/results.json the page shows")
+    readme.add_argument("--readme", type=cli.input_file, default=str(MATRIX_PAGE),
+                        help="the page holding the matrix markers (default docs/results.md)")
     readme.add_argument("--section", choices=SECTIONS, required=True)
-    readme.add_argument("--check", action="store_true", help="exit 1 with a diff when the README is out of date")
+    readme.add_argument("--check", action="store_true", help="exit 1 with a diff when the page is out of date")
     readme.set_defaults(func=cmd_readme_matrix)
 
     digest = sub.add_parser("digest", help="compare two results.json; exit 1 on new failures, crashes or cells not run")
@@ -153,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     digest.set_defaults(func=cmd_digest)
 
     same = sub.add_parser("same-outcomes", help="exit 1 unless two runs give every cell the same (status, reason)")
-    same.add_argument("before", type=results_or_run, help="results.json or a reports/cells/<run> folder")
-    same.add_argument("after", type=results_or_run, help="results.json or a reports/cells/<run> folder")
+    same.add_argument("before", type=results_or_run, help="results.json or an out/cells/<run> folder")
+    same.add_argument("after", type=results_or_run, help="results.json or an out/cells/<run> folder")
     same.add_argument("--errors-within", type=float, default=None, metavar="TOL",
                       help="also exit 1 unless every cell passed in both has the same max_abs_err within TOL")
     same.set_defaults(func=cmd_same_outcomes)

@@ -1,4 +1,4 @@
-"""reports/matrix.png: the backend x mode/runner matrix at a glance.
+"""out/<section>/matrix.png (recorded in reports/<section>/): the backend x mode/runner matrix at a glance.
 
 Colour answers "did what ran pass": green when all of it did, amber to yellow by pass rate when
 known failures remain, red wherever anything failed, crashed or passed unexpectedly (one broken

@@ -1,4 +1,4 @@
-"""Markdown table helpers shared by SUMMARY.md and the README matrix."""
+"""Markdown table helpers shared by SUMMARY.md and the docs matrix (docs/results.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The backend x (mode, runner[, padding]) aggregation that SUMMARY.md, matrix.png and the
-README tables all draw, so the three can never disagree about a count.
+docs matrix all draw, so the three can never disagree about a count.
 """
 
 from __future__ import annotations
@@ -59,6 +59,11 @@ class Tally:
     @property
     def main_skip_reason(self) -> str | None:
         return self.skip_reasons.most_common(1)[0][0] if self.skip_reasons else None
+
+
+def shortened(text: str, chars: int) -> str:
+    """`text` cut to at most `chars` characters, an ellipsis marking the cut (reasons in narrow places)."""
+    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 def column_of(cell: Mapping, with_padding: bool) -> Column:

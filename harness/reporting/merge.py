@@ -1,4 +1,4 @@
-"""Merge the per-worker cell lines of one or more runs into reports/results.json.
+"""Merge the per-worker cell lines of one or more runs into out/<section>/results.json.
 
 A night is several `--shard i/n` runs, each with several xdist workers writing their own
 `<worker>.jsonl`; results.json is the single file every other report reads. A cell that appears
@@ -75,7 +75,7 @@ def merge_runs(run_dirs: Sequence[Path]) -> Merged:
     collected: dict[str, tuple[dict, Path]] = {}
     for run_dir in map(Path, run_dirs):
         if not run_dir.is_dir():
-            raise ReportingError(f"{run_dir}: not a run folder (expected reports/cells/<run_id>/)")
+            raise ReportingError(f"{run_dir}: not a run folder (expected out/cells/<run_id>/)")
         runs.append(_read_run_record(run_dir, warnings))
         collected.update((identity["cell_id"], (identity, run_dir)) for identity in _collected(run_dir))
         worker_files = sorted(run_dir.glob(RECORDS_GLOB))

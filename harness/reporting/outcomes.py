@@ -3,7 +3,7 @@
 A change made for speed (skips decided at collection, cells spread over several GPUs, reused
 backends, the reference moved to the GPU) must not change what any cell says. `python -m
 harness.reporting same-outcomes A B` is that check, over results.json files or run folders
-(reports/cells/<run>/); the benchmark applies it to its own runs. `--errors-within TOL` also
+(out/cells/<run>/); the benchmark applies it to its own runs. `--errors-within TOL` also
 holds every cell that passed in both runs to the same max_abs_err within TOL: the check that a
 change to the reference's arithmetic moved no figure, not only no verdict.
 """

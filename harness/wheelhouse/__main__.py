@@ -11,11 +11,15 @@ import json
 import sys
 from pathlib import Path
 
-from harness import cli
+from harness import ROOT, cli
+from harness.results import OUTPUT_DIR
 from harness.wheelhouse import install, received, transfer, verify
 from harness.wheelhouse.manifest import MANIFEST_NAME, Manifest
 from harness.wheelhouse.pins import releases
 from harness.wheelhouse.table import mib
+
+# The git-ignored folder a runner call carries, relative to the repository: the runner copies from there.
+CARRY = str((OUTPUT_DIR / "carry" / "wheelhouse").relative_to(ROOT))
 
 
 def _positive(text: str) -> float:
@@ -114,14 +118,14 @@ def main(argv: list[str] | None = None) -> int:
 
     plan = commands.add_parser("stage-plan", help="print the transfer batches from the manifest")
     plan.add_argument("--parts", type=cli.input_folder, required=True, help="the build's --out folder")
-    plan.add_argument("--carry", default=".carry/wheelhouse",
+    plan.add_argument("--carry", default=CARRY,
                       help="git-ignored folder in the repo that the runner call carries")
     plan.set_defaults(run=_stage_plan)
 
     stage = commands.add_parser("stage", help="put one stage's files into the carried folder")
     stage.add_argument("number", type=cli.positive_int)
     stage.add_argument("--parts", type=cli.input_folder, required=True, help="the build's --out folder")
-    stage.add_argument("--into", type=cli.output_folder, default=".carry/wheelhouse")
+    stage.add_argument("--into", type=cli.output_folder, default=CARRY)
     stage.set_defaults(run=_stage)
 
     status = commands.add_parser("status", help="on the runner: which stages are here, which to send")

@@ -1,0 +1,77 @@
+"""`python -m harness record --section cpu`: a run's outputs become the recorded results.
+
+Commands write under out/ (harness/results.py), so running never dirties the checkout. The
+results the README and docs show are tracked under reports/<section>/ and change only here, on
+purpose: RECORDED says, per section, which outputs are kept and which command writes each. A
+file is copied when the run folder has it; recorded files the run did not write again stay as
+they were (a matrix run leaves the recorded kill table alone). When a results.json is recorded,
+the section's matrix on docs/results.md is regenerated from it, so the page and the recorded
+results cannot drift apart (CI checks that with `readme-matrix --check`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.reporting.cell_schema import load_results
+from harness.reporting.readme_matrix import MATRIX_PAGE, SECTIONS, page_with_matrix
+from harness.results import RECORDED_DIR
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Files of a run folder that are recorded: a glob relative to the folder, and who writes them."""
+
+    pattern: str
+    written_by: str
+
+
+RUN = "python -m harness run"
+REPLAY = "python -m harness.replay"
+PER_MACHINE = (
+    Kept("results.json", RUN),
+    Kept("junit.xml", RUN),
+    Kept("SUMMARY.md", RUN),
+    Kept("matrix.png", RUN),
+    Kept("KILL_TABLE.md", REPLAY),
+    Kept("kill_table.json", REPLAY),
+    Kept("GENERATED_KILL_TABLE.md", f"{REPLAY} --generated N"),
+    Kept("generated_kill_table.json", f"{REPLAY} --generated N"),
+    Kept("BENCH.md", "python -m harness.bench"),
+    Kept("BENCH.json", "python -m harness.bench"),
+    Kept("reproducers/*.yaml", "pytest --generated N (a failing generated cell, shrunk)"),
+)
+RECORDED: dict[str, tuple[Kept, ...]] = {
+    "cpu": PER_MACHINE,
+    "gpu": PER_MACHINE,
+    "versions": (Kept("VERSIONS.md", "python -m harness.versions run"),
+                 Kept("versions.json", "python -m harness.versions run")),
+}
+RESULTS = "results.json"
+
+
+class NothingToRecord(Exception):
+    """The run folder holds none of the files its section keeps; the message says what would."""
+
+
+def record(section: str, source: Path, recorded: Path = RECORDED_DIR, page: Path = MATRIX_PAGE) -> list[Path]:
+    """Copy the section's kept files from `source` into `recorded`/<section>/; return what was written."""
+    target = recorded / section
+    found = [path for kept in RECORDED[section] for path in sorted(source.glob(kept.pattern)) if path.is_file()]
+    if not found:
+        expected = "; ".join(f"{kept.pattern} ({kept.written_by})" for kept in RECORDED[section])
+        raise NothingToRecord(f"{source}: nothing to record for section {section}; it keeps {expected}")
+    written = []
+    for path in found:
+        copy = target / path.relative_to(source)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
+        written.append(copy)
+    if section in SECTIONS and (source / RESULTS).is_file():
+        current, expected = page_with_matrix(page, load_results(target / RESULTS), section)
+        if expected != current:
+            page.write_text(expected, encoding="utf-8")
+            written.append(page)
+    return written
