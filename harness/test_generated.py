@@ -71,6 +71,16 @@ def _reached(generated) -> dict[str, set]:
     return seen
 
 
+def test_draft_decode_draws_start_at_the_shortest_prefix_production_runs_it_on(tier):
+    """Draft decode never runs on an empty prefix (harness/modes/draft_decode.py): drawn from 1 up, and
+    1 is reached; the other modes still reach 0."""
+    _, generated = tier
+    shortest = defaultdict(set)
+    for item in generated:
+        shortest[item.case.mode == "draft_decode"].add(min(item.case.spec.prefix_lens))
+    assert min(shortest[True]) == 1 and min(shortest[False]) == 0
+
+
 def test_draws_reach_shapes_and_boundaries_the_hand_made_cases_never_do(tier):
     profile, generated = tier
     seen = _reached(generated)
