@@ -12,6 +12,7 @@ from pathlib import Path
 from harness import ROOT
 from harness.backends import BACKENDS
 from harness.cases import CASES_DIR, Case, CaseSpec
+from harness.known_failures import KNOWN_FAILURES_FILE
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 
 
@@ -166,9 +167,10 @@ def _repo_path(value: str) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-# Options of the first run that change what a cell is, so a rerun must repeat them:
-# option -> (its default, how to write a value for a command run from the repository root).
+# Options of the first run that change what a cell is or what its outcome means, so a rerun must
+# repeat them: option -> (its default, how to write a value for a command run from the repository root).
 CELL_DEFINING_OPTIONS = {"--cases-dir": (_repo_path(str(CASES_DIR)), _repo_path), "--replay": (None, str),
+                         "--known-failures": (_repo_path(str(KNOWN_FAILURES_FILE)), _repo_path),
                          # a generated cell exists only when drawn again (harness/generated_plugin.py)
                          "--generated": ("0", str), "--generated-seed": ("0", str),
                          "--generated-profile": (None, str)}

@@ -60,6 +60,7 @@ class Comparison:
     atol: float
     rtol: float
     census_mismatch_frac: float  # over the key-census head (0 when there is none)
+    scored_mismatch_frac: float  # over the other heads, whose queries have random scores
     census_atol: float
     census_rtol: float
 
@@ -83,6 +84,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str])
     """
     tol, census_tol = TOLERANCES[dtype], CENSUS_TOLERANCES[dtype]
     census = census_heads(out.shape[1])
+    scored = [head for head in range(out.shape[1]) if head not in census]
     atol = torch.full((1, out.shape[1], 1), tol["atol"], dtype=torch.float64)
     rtol = torch.full((1, out.shape[1], 1), tol["rtol"], dtype=torch.float64)
     atol[:, census], rtol[:, census] = census_tol["atol"], census_tol["rtol"]
@@ -103,5 +105,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str])
         worst=f"{labels[int(row)]} head {int(head)}{' (key census)' if int(head) in census else ''}",
         atol=tol["atol"], rtol=tol["rtol"],
         census_mismatch_frac=float(mismatched[:, census].mean()) if census else 0.0,
+        scored_mismatch_frac=float(mismatched[:, scored].mean()),
         census_atol=census_tol["atol"], census_rtol=census_tol["rtol"],
     )

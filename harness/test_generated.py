@@ -17,7 +17,7 @@ from harness.case_strategy import DrawnCase
 from harness.cases import load_case_file
 from harness.cell_matrix import expand_cells
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, PROFILES, cell_cost, machine_runs
-from harness.failure_class import CRASHED, TIMED_OUT, exception_class
+from harness.failure_class import CRASHED, TIMED_OUT, of_exception
 from harness.generated import generated_tier
 from harness.invariants import InvariantViolation
 from harness.modes import MODES
@@ -149,9 +149,11 @@ def test_failure_class_masks_numbers_and_drops_where_a_detector_fired():
                                "a negative per-request length")
     replay = InvariantViolation("replay init_forward_metadata_out_graph (bs 3 padded to 8), step backend 1: "
                                 "kv_indptr decreases at row 7 (9 -> -1): a negative per-request length")
-    assert exception_class(eager) == exception_class(replay)
-    assert exception_class(TypeError("'NoneType' object is not iterable")) != exception_class(eager)
-    assert exception_class(RuntimeError("size 12")) == exception_class(RuntimeError("size 7"))
+    assert str(of_exception(eager)) == str(of_exception(replay))
+    assert str(of_exception(TypeError("'NoneType' object is not iterable"))) != str(of_exception(eager))
+    assert str(of_exception(RuntimeError("size 12"))) == str(of_exception(RuntimeError("size 7")))
+    assert of_exception(eager).failure_class == "invariant"
+    assert of_exception(RuntimeError("CUDA error: an illegal memory access was encountered")).failure_class == "crash"
 
 
 class FakeExecutor:

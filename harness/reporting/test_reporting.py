@@ -212,7 +212,7 @@ def test_summary(tmp_path):
     ledger = tmp_path / "KNOWN_FAILURES.md"
     ledger.write_text(
         "## KF-fa4-sm100\n- backend: fa4\n- mode: *\n- runner: *\n- cases: *\n"
-        "- reason: needs Blackwell\n- upstream: sglang#1\n"
+        "- reason: needs Blackwell\n- upstream: sglang#1\n- class: error\n"
     )
     out = tmp_path / "SUMMARY.md"
     assert main(["summary", "--results", str(results), "--known-failures", str(ledger), "--out", str(out)]) == 0
