@@ -17,7 +17,7 @@ from harness.results import MANIFEST, REPORTS_DIR, RUN_ID_ENV
 
 @pytest.fixture
 def harness_run():
-    """Run pytest over harness/test_cases.py in a subprocess, in a run folder of its own.
+    """Run pytest with the arguments given in a subprocess, in a run folder of its own.
 
     Yields a runner that returns (the finished process, its run folder, its merged cells by id);
     the run folders are removed afterwards.
@@ -27,8 +27,7 @@ def harness_run():
     def run(*args, env=None):
         run_id = f"drill-{uuid.uuid4().hex[:8]}"
         folders.append(REPORTS_DIR / "cells" / run_id)
-        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args,
-                               "harness/test_cases.py"],
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
                               env={**os.environ, RUN_ID_ENV: run_id, **(env or {})},
                               cwd=ROOT, capture_output=True, text=True, timeout=600)
         folder = folders[-1]

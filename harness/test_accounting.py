@@ -38,7 +38,8 @@ def drill(harness_run):
     """Run the drill matrix with one worker, CRASHING cells segfaulting (harness/conftest.py harness_run)."""
 
     def run(*args, env=None, crashing=CRASHING):
-        return harness_run("-n", "1", "--cases-dir", DRILL_CASES, *args, env={FORCE_CRASH_ENV: crashing, **(env or {})})
+        return harness_run("harness/test_cases.py", "-n", "1", "--cases-dir", DRILL_CASES, *args,
+                           env={FORCE_CRASH_ENV: crashing, **(env or {})})
 
     return run
 

@@ -90,7 +90,7 @@ def test_a_known_failure_turns_red_outside_its_signature(harness_run, tmp_path):
     ledger.write_text(LEDGER)
     env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            SHIFTS_ENV: json.dumps(SHIFTS), FORCE_CRASH_ENV: "*-seed[34]-*"}
-    done, _, cells = harness_run("-n", "1", "--cases-dir", DRILL_CASES, "--known-failures", str(ledger),
+    done, _, cells = harness_run("harness/test_cases.py", "-n", "1", "--cases-dir", DRILL_CASES, "--known-failures", str(ledger),
                                 "-p", "shift_outputs", "--confirm-crashes", "0", env=env)
     assert done.returncode == 1, done.stdout[-3000:]
     found = {cell_id.split("-")[2]: (cell["status"], cell["known_failure"], cell.get("failure_class"), cell["reason"])
