@@ -121,8 +121,7 @@ class KnownFailure:
     def xfail_reason(self) -> str:
         return f"known failure {self.id}: {self.reason}"
 
-    def outside_signature(self, failure: Failure) -> str | None:
-        """What differs between a covered cell's failure and this entry's signature; None: nothing."""
+    def _difference(self, failure: Failure) -> str | None:
         if failure.failure_class != self.failure_class:
             return (f"it fails as {failure.failure_class} ({FAILURE_CLASSES[failure.failure_class]}), "
                     f"the entry says {self.failure_class}")
@@ -131,12 +130,18 @@ class KnownFailure:
             return f"max_abs_err {measured} is outside {self.max_abs_err}"
         return None
 
+    def outside_signature(self, failure: Failure) -> str | None:
+        """None when a covered cell's failure is inside this entry's signature; else the reason its
+        record gives: 'outside the signature of KF-x: <what differs>; <what the cell said>'."""
+        difference = self._difference(failure)
+        return difference and f"outside the signature of {self.id}: {difference}; {failure.message}"
+
     def judge(self, failure: Failure) -> None:
         """Raise InsideSignature (an expected failure) or OutsideSignature (a new one) for a covered cell."""
-        difference = self.outside_signature(failure)
-        if difference is None:
+        outside = self.outside_signature(failure)
+        if outside is None:
             raise InsideSignature(f"{self.xfail_reason} ({failure.failure_class})")
-        raise OutsideSignature(f"outside the signature of {self.id}: {difference}; {failure.message}")
+        raise OutsideSignature(outside)
 
 
 def _any_match(globs: tuple[str, ...], value: str) -> bool:

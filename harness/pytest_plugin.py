@@ -256,10 +256,8 @@ def pytest_runtest_logreport(report):
         return
     failure = of_dead_process(str(report.longrepr).splitlines()[0][:500])
     entry = match(config._attn_known, cell.record_keys())
-    difference = entry and entry.outside_signature(failure)
-    status, reason = ("xfailed", report.wasxfail) if hasattr(report, "wasxfail") else ("crashed", failure.message)
-    if difference:
-        reason = f"outside the signature of {entry.id}: {difference}; {reason}"
+    status, reason = (("xfailed", report.wasxfail) if hasattr(report, "wasxfail") else
+                      ("crashed", (entry and entry.outside_signature(failure)) or failure.message))
     append_record(_cell_record(config, cell, status, reason, report, entry and entry.id,
                                failure_class=failure.failure_class), worker="controller")
 
