@@ -26,7 +26,7 @@ def _status_section(cells: Sequence[Mapping]) -> list[str]:
 
 
 def _glance_section(cells: Sequence[Mapping]) -> list[str]:
-    return ["## Why red, at a glance", "", *glance(cells)]
+    return ["## Red or green, and why", "", *glance(cells)]
 
 
 def _matrix_section(cells: Sequence[Mapping]) -> list[str]:

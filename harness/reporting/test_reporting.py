@@ -245,11 +245,12 @@ RED_NIGHT = [
     make_cell(backend="fa4", case="x", status="xfailed", known_failure="KF-c", failure_class="census-only"),
     make_cell(backend="flashinfer", status="xpassed", known_failure="KF-f"),
     make_cell(backend="torch_native", status="crashed", reason="worker 'gw0' crashed"),  # a record without a class
+    make_cell(backend="fa3", case="y", status="not_run", reason="interrupted"),
     make_cell(case="fine"),
 ]
 GLANCE = [
-    ("**Red**: new failure: 3 cells, outside a known signature: 2 cells, unexpected pass: 1 cell; "
-     "known sglang bug: 2 cells."),
+    ("**Red**: new failure: 3 cells, outside a known signature: 2 cells, unexpected pass: 1 cell, "
+     "not run: 1 cell; known sglang bug: 2 cells."),
     "",
     "| verdict | failure class | backend | cells | KNOWN_FAILURES entries | first cell |",
     "|---|---|---|---|---|---|",
@@ -258,6 +259,7 @@ GLANCE = [
     f"| **outside a known signature** | numeric | triton | 1 | KF-t | `{RED_NIGHT[2]['cell_id']}` |",
     f"| **outside a known signature** | crash | triton | 1 | KF-t | `{RED_NIGHT[3]['cell_id']}` |",
     f"| **unexpected pass** | passes | flashinfer | 1 | KF-f | `{RED_NIGHT[6]['cell_id']}` |",
+    f"| **not run** | never ran | fa3 | 1 | – | `{RED_NIGHT[8]['cell_id']}` |",
     f"| known sglang bug | census-only | fa4 | 2 | KF-c | `{RED_NIGHT[4]['cell_id']}` |",
     "",
     "- new failure: no KNOWN_FAILURES.md entry covers these cells",
@@ -271,16 +273,16 @@ def test_summary_says_why_red_by_verdict_class_and_backend(tmp_path):
     assert main(["summary", "--results", str(write_results(tmp_path / "results.json", RED_NIGHT)),
                  "--known-failures", str(ledger), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "## Why red, at a glance\n\n" + "\n".join(GLANCE) in text
+    assert "## Red or green, and why\n\n" + "\n".join(GLANCE) in text
     assert "- known sglang bug: they fail inside their KNOWN_FAILURES.md signature" in text
-    assert text.index("## Why red, at a glance") < text.index("## Matrix")
+    assert text.index("## Red or green, and why") < text.index("## Matrix")
 
 
 def test_a_night_of_known_bugs_only_is_green(tmp_path):
     ledger = tmp_path / "KNOWN_FAILURES.md"
     ledger.write_text("")
     out = tmp_path / "SUMMARY.md"
-    assert main(["summary", "--results", str(write_results(tmp_path / "results.json", RED_NIGHT[4:6] + RED_NIGHT[8:])),
+    assert main(["summary", "--results", str(write_results(tmp_path / "results.json", RED_NIGHT[4:6] + RED_NIGHT[9:])),
                  "--known-failures", str(ledger), "--out", str(out)]) == 0
     text = out.read_text()
     assert "**Green**: no failure outside KNOWN_FAILURES.md signatures; known sglang bug: 2 cells." in text

@@ -20,23 +20,25 @@ VERDICTS = {
     "new failure": "no KNOWN_FAILURES.md entry covers these cells",
     "outside a known signature": "an entry covers these cells, but they fail another way than its signature says",
     "unexpected pass": "an entry covers these cells and they pass: the bug is fixed, drop the entry",
+    "not run": "collected but never executed (see the reasons under Not run)",
     "known sglang bug": "they fail inside their KNOWN_FAILURES.md signature (expected failures)",
 }
 GREEN = "known sglang bug"
-PASSES = "passes"  # the class column of an unexpected pass
 UNCLASSIFIED = "unclassified"  # a failure without a class: before the test body, or a record older than classes
+# What the class column says where there is no failure to classify.
+NO_FAILURE = {"xpassed": "passes", "not_run": "never ran"}
 
 
 def verdict(cell: Mapping) -> str | None:
-    """The cell's verdict, or None for a cell that passed, was skipped or did not run."""
+    """The cell's verdict, or None for a cell that passed or was skipped."""
     status = cell["status"]
     if status in ("failed", "crashed"):
         return "outside a known signature" if cell.get("known_failure") else "new failure"
-    return {"xpassed": "unexpected pass", "xfailed": GREEN}.get(status)
+    return {"xpassed": "unexpected pass", "not_run": "not run", "xfailed": GREEN}.get(status)
 
 
 def failure_class(cell: Mapping) -> str:
-    return PASSES if cell["status"] == "xpassed" else cell.get("failure_class") or UNCLASSIFIED
+    return NO_FAILURE.get(cell["status"]) or cell.get("failure_class") or UNCLASSIFIED
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Group:
         return sorted({cell["known_failure"] for cell in self.cells if cell.get("known_failure")})
 
 
-_CLASS_ORDER = (*FAILURE_CLASSES, UNCLASSIFIED, PASSES)
+_CLASS_ORDER = (*FAILURE_CLASSES, UNCLASSIFIED, *NO_FAILURE.values())
 
 
 def groups(cells: Iterable[Mapping]) -> list[Group]:
