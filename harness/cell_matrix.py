@@ -169,11 +169,10 @@ def repo_path(value: str) -> str:
 
 # Options of the first run that change what a cell is or what its outcome means, so a rerun must
 # repeat them: option -> (its default, how to write a value for a command run from the repository root).
+# A generated cell exists only when drawn again (harness/generated_plugin.py), unless written out as a case file.
+DRAWING_OPTIONS = {"--generated": ("0", str), "--generated-seed": ("0", str), "--generated-profile": (None, str)}
 CELL_DEFINING_OPTIONS = {"--cases-dir": (repo_path(str(CASES_DIR)), repo_path), "--replay": (None, str),
-                         "--known-failures": (repo_path(str(KNOWN_FAILURES_FILE)), repo_path),
-                         # a generated cell exists only when drawn again (harness/generated_plugin.py)
-                         "--generated": ("0", str), "--generated-seed": ("0", str),
-                         "--generated-profile": (None, str)}
+                         "--known-failures": (repo_path(str(KNOWN_FAILURES_FILE)), repo_path), **DRAWING_OPTIONS}
 
 
 def cell_defining_args(getoption) -> list[str]:
@@ -184,9 +183,6 @@ def cell_defining_args(getoption) -> list[str]:
         if value is not None and spell(value) != default:
             args += [option, spell(value)]
     return args
-
-
-DRAWING_OPTIONS = ("--generated", "--generated-seed", "--generated-profile")  # the cell-defining ones that draw
 
 
 def rerun_command(nodeid: str, args: list[str]) -> str:
@@ -202,6 +198,6 @@ def case_file_rerun(cell_id: str, args: list[str], cases_dir: Path) -> str:
     reproduces the cell on any machine where its backend runs, not only on the kind that drew it.
     """
     given = dict(zip(args[::2], args[1::2]))  # every cell-defining option takes a value
-    kept = [part for option, value in given.items() if option not in (*DRAWING_OPTIONS, "--cases-dir")
+    kept = [part for option, value in given.items() if option not in {*DRAWING_OPTIONS, "--cases-dir"}
             for part in (option, value)]
     return rerun_command(f"harness/test_cases.py::test_cell[{cell_id}]", [*kept, "--cases-dir", repo_path(str(cases_dir))])

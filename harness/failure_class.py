@@ -42,7 +42,7 @@ class Failure:
     failure_class: str  # a key of FAILURE_CLASSES
     detail: str  # what else a smaller case must reproduce (see the module docstring)
     message: str  # what the cell said, first line
-    max_abs_err: float | None = None  # MEASURED classes: the largest |out - ref| of the failing comparisons
+    max_abs_err: float | None = None  # MEASURED classes: the record's max_abs_err (see of_mismatch)
 
     def __str__(self) -> str:
         return f"{self.failure_class}: {self.detail}"
@@ -62,13 +62,18 @@ def of_exception(error: BaseException) -> Failure:
 
 
 def of_mismatch(result: CellResult) -> Failure:
-    """A cell whose comparisons failed: NaN first, then scored heads, else the key census alone."""
+    """A cell whose comparisons failed: NaN first, then scored heads, else the key census alone.
+
+    Its size is the max_abs_err the cell's record, results.json and SUMMARY.md show (that of its
+    worst comparison, CellResult.worst), so a KNOWN_FAILURES.md range copied from a report holds
+    the cells it was measured on.
+    """
     failing = [(name, c) for name, c in result.comparisons.items() if not c.ok]
     kinds = ", ".join(sorted({name.rpartition(" step ")[0] for name, _ in failing}))
     kind = ("nan" if any(c.nan_count for _, c in failing) else
             "numeric" if any(c.scored_mismatch_frac for _, c in failing) else "census-only")
-    finite = [c.max_abs_err for _, c in failing if math.isfinite(c.max_abs_err)]
-    return Failure(kind, kinds, result.describe()[:500], max(finite, default=None))
+    size = result.worst.max_abs_err
+    return Failure(kind, kinds, result.describe()[:500], size if math.isfinite(size) else None)
 
 
 def of_dead_process(message: str) -> Failure:

@@ -93,7 +93,7 @@ class GeneratedRun:
         path = folder / f"{cell_id}.yaml"
         rerun = case_file_rerun(cell_id, self.cell_args, folder)
         write_case(path, generated.case.mode, generated.case.spec.model_dump(), [
-            f"Generated cell {cell_id} ({generated.case.source}), {outcome} in run {run_dir().name}.",
+            f"Cell {cell_id}, {generated.case.source}: {outcome} in run {run_dir().name}.",
             f"Rerun (no hypothesis draw: on any machine where {generated.case.spec.backends[0]} runs): {rerun}",
             "Copy this file into cases/ to keep the case.",
         ])
