@@ -3,8 +3,9 @@
 Each draw is one cell's worth of case: a mode, a model shape, a batch and the one (backend,
 runner form, capture size, padding) it runs with. Lengths are drawn from the values backends
 size buffers and bounds from: the model's context wall (sglang's max_req_len), page
-boundaries, sglang's capture sizes and their neighbours, 0- and 1-token prefixes, one request
-and many. Validity is the schema's own: a draw goes through CaseSpec, the loader's mode and
+boundaries, sglang's capture sizes and their neighbours, the shortest prefixes a mode runs on
+(0 and 1 tokens; 1 and 2 in draft decode, whose committed length is never 0), one request and
+many. Validity is the schema's own: a draw goes through CaseSpec, the loader's mode and
 size rules (cases.spec_problem) and the backend entry's skip rules, and is redrawn if any says
 no or if it costs more than the profile's caps. The names drawn come from the registries
 (MODES, the machine's BACKENDS x RUNNER_FORMS) and the schema's vocabularies. The smallest or
@@ -73,16 +74,17 @@ def _prefix_limit(context_len: int) -> st.SearchStrategy[int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _prefix_len(limit: int, page_size: int) -> st.SearchStrategy[int]:
-    """0/1-token prefixes, page boundaries, the limit itself (the context wall when the limit is
-    max_req_len) and just below it, anything up to it."""
+def _prefix_len(limit: int, page_size: int, shortest: int) -> st.SearchStrategy[int]:
+    """The shortest prefixes the mode runs on (``shortest``: 0, or 1 in draft decode) and the next
+    few, page boundaries, the limit itself (the context wall when the limit is max_req_len) and
+    just below it, anything up to it. Never below ``shortest``, so no draw is rejected for it."""
     return st.one_of(
-        st.integers(0, min(3, limit)),
-        st.builds(lambda page, step: min(max(page * page_size + step, 0), limit),
+        st.integers(shortest, min(shortest + 3, limit)),
+        st.builds(lambda page, step: min(max(page * page_size + step, shortest), limit),
                   st.integers(1, max(limit // page_size, 1)), st.sampled_from((-1, 0, 1))),
         st.just(limit),
-        st.builds(lambda back: max(limit - back, 0), st.integers(1, page_size + 8)),
-        st.integers(0, limit),
+        st.builds(lambda back: max(limit - back, shortest), st.integers(1, page_size + 8)),
+        st.integers(shortest, limit),
     )
 
 
@@ -129,7 +131,8 @@ def _shape(draw, mode: str, profile: DrawProfile) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _sizes(windowed: bool, graph: bool, page_size: int, num_steps: int, profile: DrawProfile) -> st.SearchStrategy:
+def _sizes(windowed: bool, shortest: int, graph: bool, page_size: int, num_steps: int,
+           profile: DrawProfile) -> st.SearchStrategy:
     """The case's sizes: model dimensions, context, batch, prefixes, window, capture size."""
 
     @st.composite
@@ -140,7 +143,7 @@ def _sizes(windowed: bool, graph: bool, page_size: int, num_steps: int, profile:
         drawn = dict(
             num_kv_heads=kv_heads, num_heads=kv_heads * draw(st.sampled_from(profile.gqa_ratios)),
             head_dim=draw(st.sampled_from(profile.head_dims)), context_len=context_len, bs=bs,
-            prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(context_len)), page_size),
+            prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(context_len)), page_size, shortest),
                                       min_size=bs, max_size=bs)),
         )
         if windowed:  # a fixed window per request: the chain's num_steps + 1, or any tree's
@@ -167,8 +170,8 @@ def drawn_cases(draw, profile: DrawProfile) -> DrawnCase:
     windowed = MODES[mode].backend_role != "draft_multi_step"  # draft decode's queries are topk per step
     for _ in range(SHAPE_ATTEMPTS):
         shape = draw(_shape(mode, profile))
-        sizes = _sizes(windowed, RUNNER_FORMS[shape["runners"][0]].graph, shape["page_size"],
-                       shape["num_steps"], profile)
+        sizes = _sizes(windowed, MODES[mode].min_prefix_len, RUNNER_FORMS[shape["runners"][0]].graph,
+                       shape["page_size"], shape["num_steps"], profile)
         for _ in range(SIZE_ATTEMPTS):
             fields = {**shape, **draw(sizes)}
             if why_not_runnable(mode, fields, profile) is None:

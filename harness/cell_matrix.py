@@ -13,6 +13,7 @@ from harness import ROOT
 from harness.backends import BACKENDS
 from harness.cases import CASES_DIR, Case, CaseSpec
 from harness.pools import DRAW_PLACES
+from harness.known_failures import KNOWN_FAILURES_FILE
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 
 
@@ -161,19 +162,19 @@ def in_shard(cell: Cell, shard: tuple[int, int]) -> bool:
     return zlib.crc32(cell.cell_id.encode()) % total == number - 1
 
 
-def _repo_path(value: str) -> str:
+def repo_path(value: str) -> str:
     """A path as a command run from the repository root needs it: relative inside the repo, else absolute."""
     path = Path(value).resolve()
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-# Options of the first run that change what a cell is, so a rerun must repeat them:
-# option -> (its default, how to write a value for a command run from the repository root).
-CELL_DEFINING_OPTIONS = {"--cases-dir": (_repo_path(str(CASES_DIR)), _repo_path), "--replay": (None, str),
-                         "--draws": (DRAW_PLACES[0], str),  # the random values (pools.draw_generator)
-                         # a generated cell exists only when drawn again (harness/generated_plugin.py)
-                         "--generated": ("0", str), "--generated-seed": ("0", str),
-                         "--generated-profile": (None, str)}
+# Options of the first run that change what a cell is or what its outcome means, so a rerun must
+# repeat them: option -> (its default, how to write a value for a command run from the repository root).
+# A generated cell exists only when drawn again (harness/generated_plugin.py), unless written out as a case file.
+DRAWING_OPTIONS = {"--generated": ("0", str), "--generated-seed": ("0", str), "--generated-profile": (None, str)}
+CELL_DEFINING_OPTIONS = {"--cases-dir": (repo_path(str(CASES_DIR)), repo_path), "--replay": (None, str),
+                         "--known-failures": (repo_path(str(KNOWN_FAILURES_FILE)), repo_path), **DRAWING_OPTIONS,
+                         "--draws": (DRAW_PLACES[0], str)}  # the random values (pools.draw_generator)
 
 
 def cell_defining_args(getoption) -> list[str]:
@@ -189,3 +190,16 @@ def cell_defining_args(getoption) -> list[str]:
 def rerun_command(nodeid: str, args: list[str]) -> str:
     """The one-line command a user runs to reproduce one cell."""
     return shlex.join(["pytest", nodeid, *args])
+
+
+def case_file_rerun(cell_id: str, args: list[str], cases_dir: Path) -> str:
+    """The rerun of a cell written out as a one-case file in ``cases_dir``.
+
+    ``args`` are the first run's cell-defining options (cell_defining_args); the drawing options
+    and its --cases-dir give way to the folder, so no hypothesis draw is needed and the command
+    reproduces the cell on any machine where its backend runs, not only on the kind that drew it.
+    """
+    given = dict(zip(args[::2], args[1::2]))  # every cell-defining option takes a value
+    kept = [part for option, value in given.items() if option not in {*DRAWING_OPTIONS, "--cases-dir"}
+            for part in (option, value)]
+    return rerun_command(f"harness/test_cases.py::test_cell[{cell_id}]", [*kept, "--cases-dir", repo_path(str(cases_dir))])

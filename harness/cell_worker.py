@@ -16,7 +16,7 @@ import harness  # noqa: F401  (Triton's interpreter switch before torch loads)
 from harness.case_strategy import DrawnCase
 from harness.run_cell import CellSkipped, run_cell
 from harness.cell_matrix import expand_cells
-from harness.failure_class import exception_class, mismatch_class
+from harness.failure_class import of_exception, of_mismatch
 from harness.generated import as_case
 from harness.seed_bugs import inject
 
@@ -31,11 +31,12 @@ def outcome(drawn: DrawnCase) -> dict:
     except CellSkipped as reason:
         return dict(status="skipped", failure=None, message=str(reason))
     except Exception as error:  # noqa: BLE001 - any exception is a failure to classify
-        return dict(status="failed", failure=exception_class(error),
-                    message=f"{type(error).__name__}: {error}"[:500])
-    if result.ok:
-        return dict(status="passed", failure=None, message="")
-    return dict(status="failed", failure=mismatch_class(result), message=result.describe()[:500])
+        failure = of_exception(error)
+    else:
+        if result.ok:
+            return dict(status="passed", failure=None, message="")
+        failure = of_mismatch(result)
+    return dict(status="failed", failure=str(failure), message=failure.message)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,6 +60,7 @@ class Comparison:
     atol: float
     rtol: float
     census_mismatch_frac: float  # over the key-census head (0 when there is none)
+    scored_mismatch_frac: float  # over the other heads, whose queries have random scores
     census_atol: float
     census_rtol: float
 
@@ -84,6 +85,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str])
     """
     tol, census_tol = TOLERANCES[dtype], CENSUS_TOLERANCES[dtype]
     census = census_heads(out.shape[1])
+    scored = [head for head in range(out.shape[1]) if head not in census]
     atol = torch.full((1, out.shape[1], 1), tol["atol"], dtype=torch.float64, device=ref.device)
     rtol = torch.full((1, out.shape[1], 1), tol["rtol"], dtype=torch.float64, device=ref.device)
     atol[:, census], rtol[:, census] = census_tol["atol"], census_tol["rtol"]
@@ -101,8 +103,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str])
         torch.where(finite, rel, -1.0).max(),
         finite.any().double(), mismatched.mean(), nan.sum().double(),
         mismatched[:, census].mean() if census else torch.zeros((), dtype=torch.float64, device=ref.device),
+        mismatched[:, scored].mean(),
     ]).tolist()  # one transfer to the host
-    worst_index, max_abs, max_rel, any_finite, mismatch_frac, nan_count, census_frac = figures
+    worst_index, max_abs, max_rel, any_finite, mismatch_frac, nan_count, census_frac, scored_frac = figures
     row, head, _ = torch.unravel_index(torch.tensor(int(worst_index)), diff.shape)
     return Comparison(
         max_abs_err=max_abs if any_finite else float("nan"),
@@ -112,5 +115,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str])
         worst=f"{labels[int(row)]} head {int(head)}{' (key census)' if int(head) in census else ''}",
         atol=tol["atol"], rtol=tol["rtol"],
         census_mismatch_frac=census_frac,
+        scored_mismatch_frac=scored_frac,
         census_atol=census_tol["atol"], census_rtol=census_tol["rtol"],
     )

@@ -2,9 +2,15 @@
 
 The cells join the hand-made ones (or replace them, --generated-only) after
 harness/pytest_plugin.py has collected those. The controller counts what the
-generated cells did and the time they took, shrinks failing ones to
-reproducer case files under out/<cpu|gpu>/reproducers/, prints both, and
-leaves them on config._attn_generated for the run record (run.json).
+generated cells did and the time they took, and writes each failing or crashed
+one, as soon as it is reported, as a one-case file in the run folder's
+generated-cases/ with a rerun line that needs no hypothesis draw: a drawn case
+may come out differently on another kind of machine (the draw profile and
+sglang's capture sizes differ), a case file does not, so the failure can be
+looked at wherever its backend runs. The rerun line also becomes the cell's
+record's (a notes file, harness/results.py). The controller then shrinks
+failing cells to reproducer case files in the same folder, prints all of it,
+and leaves it on config._attn_generated for the run record (run.json).
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness import platform
-from harness.cell_matrix import expand_cells, in_shard, rerun_command
+from harness.cell_matrix import case_file_rerun, expand_cells, in_shard, repo_path
 from harness.draw_caps import PROFILES
 from harness.generated import Generated, generated_tier
-from harness.results import OUTPUT_DIR, SECTION
-from harness.shrink import CellExecutor, Shrunk, shrink
+from harness.results import run_dir, write_notes
+from harness.shrink import CellExecutor, Shrunk, shrink, write_case
 
 OUTCOMES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed")
+CASES_FOLDER = "generated-cases"  # in the run folder: failing generated cells and their shrunk reproducers
 
 
 def pytest_addoption(parser):
@@ -53,6 +60,7 @@ class GeneratedRun:
     outcomes: dict[str, str] = field(default_factory=dict)  # cell id -> outcome
     cell_s: float = 0.0
     failures: list[str] = field(default_factory=list)  # failed or crashed cell ids, in report order
+    case_files: dict[str, dict] = field(default_factory=dict)  # failing cell id -> {case_file, rerun}
     reproducers: list[Shrunk] = field(default_factory=list)
     not_shrunk: list[str] = field(default_factory=list)
 
@@ -77,13 +85,27 @@ class GeneratedRun:
             self.outcomes[cell_id] = outcome
             if outcome in ("failed", "crashed") and cell_id not in self.failures:
                 self.failures.append(cell_id)
+                self.write_case_file(cell_id, outcome)
+
+    def write_case_file(self, cell_id: str, outcome: str) -> None:
+        """The failing cell as a one-case file the strict loader takes, and its rerun line in its record."""
+        generated, folder = self.by_cell[cell_id], run_dir() / CASES_FOLDER
+        path = folder / f"{cell_id}.yaml"
+        rerun = case_file_rerun(cell_id, self.cell_args, folder)
+        write_case(path, generated.case.mode, generated.case.spec.model_dump(), [
+            f"Cell {cell_id}, {generated.case.source}: {outcome} in run {run_dir().name}.",
+            f"Rerun (no hypothesis draw: on any machine where {generated.case.spec.backends[0]} runs): {rerun}",
+            "Copy this file into cases/ to keep the case.",
+        ])
+        self.case_files[cell_id] = dict(case_file=repo_path(str(path)), rerun=rerun)
+        write_notes("generated", {cell: dict(rerun=found["rerun"]) for cell, found in self.case_files.items()})
 
     @pytest.hookimpl(tryfirst=True)  # before harness/pytest_plugin.py writes run.json
     def pytest_sessionfinish(self, session):
         config = session.config
         if not self.controller:
             return
-        out_dir = OUTPUT_DIR / SECTION / "reproducers"
+        out_dir = run_dir() / CASES_FOLDER
         replay = config.getoption("--replay")
         executor = CellExecutor(replay, timeout_s=config.getoption("--shrink-budget"))
         classes: set[str] = set()
@@ -104,15 +126,11 @@ class GeneratedRun:
             executor.close()
         config._attn_generated = self.as_report()
 
-    def rerun(self, cell_id: str) -> str:
-        """A generated cell exists only when drawn again: its rerun carries the drawing options."""
-        return rerun_command(f"harness/test_cases.py::test_cell[{cell_id}]", self.cell_args)
-
     def as_report(self) -> dict:
         counts = {name: sum(o == name for o in self.outcomes.values()) for name in OUTCOMES}
         return dict(profile=self.profile, seed=self.seed, requested=self.requested, drawn=len(self.by_cell),
                     draw_s=round(self.draw_s, 2), cell_s=round(self.cell_s, 1), **counts,
-                    failures=[dict(cell=cell_id, rerun=self.rerun(cell_id)) for cell_id in self.failures],
+                    failures=[dict(cell=cell_id, **self.case_files[cell_id]) for cell_id in self.failures],
                     reproducers=[r.as_report() for r in self.reproducers], not_shrunk=self.not_shrunk)
 
     def pytest_terminal_summary(self, terminalreporter):
@@ -124,9 +142,10 @@ class GeneratedRun:
             f"generated tier ({self.profile} profile, seed {self.seed}): {report['drawn']} cells drawn in "
             f"{report['draw_s']} s; {counts or 'none run'}; {report['cell_s']} s in generated cells")
         for cell_id in self.failures:
-            terminalreporter.write_line(f"rerun generated {cell_id}: {self.rerun(cell_id)}")
+            terminalreporter.write_line(f"generated {cell_id} as a case file: {self.case_files[cell_id]['case_file']}")
+            terminalreporter.write_line(f"  rerun: {self.case_files[cell_id]['rerun']}")
         for shrunk in self.reproducers:
-            terminalreporter.write_line(f"reproducer {shrunk.case_file.relative_to(OUTPUT_DIR.parent)} "
+            terminalreporter.write_line(f"reproducer {repo_path(str(shrunk.case_file))} "
                                         f"({shrunk.runs} runs, {shrunk.wall_s:.0f} s): {shrunk.failure}", red=True)
             terminalreporter.write_line(f"  rerun: {shrunk.rerun}")
         for reason in self.not_shrunk:

@@ -1,10 +1,13 @@
 """The known-failures ledger: KNOWN_FAILURES.md, readable Markdown that is also strict data.
 
-Each entry selects cells (backend, mode, runner, cases) and must cite where the bug is tracked
-upstream. The runner turns a matching cell into a strict xfail, so a fixed bug surfaces as an
-unexpected pass instead of hiding behind a skip, and the reports list entries that matched no
-executed cell (stale). A typo here must fail loudly, never silently widen or empty a selection,
-hence the strict parser.
+Each entry selects cells (backend, mode, runner, cases), must cite where the bug is tracked
+upstream, and gives the bug's signature: its failure class (harness/failure_class.py) and, for
+a numeric class, the max_abs_err range it was measured with and a margin. A selected cell is a
+strict xfail only while it fails inside that signature: a fixed bug surfaces as an unexpected
+pass, and a second bug in the same cells (another class, or an error far from the measured one)
+as a new failure, instead of either hiding behind the entry. The reports list entries that
+matched no executed cell (stale). A typo here must fail loudly, never silently widen or empty a
+selection, hence the strict parser.
 
 Format (see KNOWN_FAILURES.md): every `## ` heading outside code fences opens an entry and must
 read `## KF-<slug>`; directly below it a bullet list of `- field: value` lines (a longer value
@@ -19,7 +22,11 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from harness import ROOT
+from harness.failure_class import FAILURE_CLASSES, MEASURED, Failure
 from harness.runners import RUNNER_NAMES as RUNNERS
+
+KNOWN_FAILURES_FILE = ROOT / "KNOWN_FAILURES.md"
 
 # field -> what a valid value looks like (quoted in errors). Selector values are comma-separated
 # globs (fnmatch: * ? [...]); backticks around a glob are allowed and stripped, so that
@@ -34,20 +41,57 @@ TEXT_FIELDS = {
     "reason": "one sentence: what goes wrong",
     "upstream": "the tracking issue: a URL or owner/repo#N or repo#N, e.g. sglang#12345",
 }
+SIGNATURE_FIELDS = {
+    "class": f"the failure class: one of {', '.join(FAILURE_CLASSES)}",
+    "max_abs_err": (f"for class {' or '.join(MEASURED)} only, and required there: the range measured and the "
+                    "margin it may move by, '<low>-<high>, margin x<k>' with 0 < low <= high and k >= 1, "
+                    "e.g. '0.0036-0.0156, margin x2' (covers 0.0018 to 0.0312)"),
+}
 OPTIONAL_FIELDS = {
     "evidence": "where the failure was seen: a report path, a CI link, numbers",
 }
-FIELDS = {**SELECTOR_FIELDS, **TEXT_FIELDS, **OPTIONAL_FIELDS}
-REQUIRED_FIELDS = tuple(SELECTOR_FIELDS) + tuple(TEXT_FIELDS)
+FIELDS = {**SELECTOR_FIELDS, **TEXT_FIELDS, **SIGNATURE_FIELDS, **OPTIONAL_FIELDS}
+REQUIRED_FIELDS = (*SELECTOR_FIELDS, *TEXT_FIELDS, "class")
 
 _ID = re.compile(r"KF-[a-z0-9]+(?:-[a-z0-9]+)*")
 _FIELD_LINE = re.compile(r"- ([A-Za-z_]+):(.*)")
 _UPSTREAM = re.compile(r"https?://\S+|[\w.-]+(?:/[\w.-]+)?#\d+")
 _FENCE = re.compile(r"\s*(```|~~~)")
+_NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_RANGE = re.compile(rf"(?P<low>{_NUMBER})\s*-\s*(?P<high>{_NUMBER})\s*,\s*margin\s+x(?P<margin>{_NUMBER})")
 
 
 class KnownFailuresError(ValueError):
     """KNOWN_FAILURES.md is malformed; the message names the line, the entry and the field."""
+
+
+class InsideSignature(Exception):
+    """A covered cell failed the way its entry says: the one exception its xfail mark accepts."""
+
+
+class OutsideSignature(AssertionError):
+    """A covered cell failed another way than its entry says: a new failure."""
+
+
+@dataclass(frozen=True)
+class ErrorRange:
+    """max_abs_err as measured (low to high) and the factor it may move by either way."""
+
+    low: float
+    high: float
+    margin: float
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return self.low / self.margin, self.high * self.margin
+
+    def __contains__(self, value: float) -> bool:
+        low, high = self.bounds
+        return low <= value <= high
+
+    def __str__(self) -> str:
+        low, high = self.bounds
+        return f"{low:.3g}-{high:.3g} (measured {self.low:g}-{self.high:g}, margin x{self.margin:g})"
 
 
 @dataclass(frozen=True)
@@ -59,6 +103,8 @@ class KnownFailure:
     cases: tuple[str, ...]
     reason: str
     upstream: str
+    failure_class: str  # the signature: a key of FAILURE_CLASSES ...
+    max_abs_err: ErrorRange | None  # ... and, for a MEASURED class, the error's range
     evidence: str | None
     source: str  # "KNOWN_FAILURES.md:12", the entry's heading
 
@@ -70,6 +116,32 @@ class KnownFailure:
             and _any_match(self.runner, cell["runner"])
             and (_any_match(self.cases, cell["cell_id"]) or _any_match(self.cases, cell["case"]))
         )
+
+    @property
+    def xfail_reason(self) -> str:
+        return f"known failure {self.id}: {self.reason}"
+
+    def _difference(self, failure: Failure) -> str | None:
+        if failure.failure_class != self.failure_class:
+            return (f"it fails as {failure.failure_class} ({FAILURE_CLASSES[failure.failure_class]}), "
+                    f"the entry says {self.failure_class}")
+        if self.max_abs_err is not None and (failure.max_abs_err is None or failure.max_abs_err not in self.max_abs_err):
+            measured = "no finite error" if failure.max_abs_err is None else f"{failure.max_abs_err:.3g}"
+            return f"max_abs_err {measured} is outside {self.max_abs_err}"
+        return None
+
+    def outside_signature(self, failure: Failure) -> str | None:
+        """None when a covered cell's failure is inside this entry's signature; else the reason its
+        record gives: 'outside the signature of KF-x: <what differs>; <what the cell said>'."""
+        difference = self._difference(failure)
+        return difference and f"outside the signature of {self.id}: {difference}; {failure.message}"
+
+    def judge(self, failure: Failure) -> None:
+        """Raise InsideSignature (an expected failure) or OutsideSignature (a new one) for a covered cell."""
+        outside = self.outside_signature(failure)
+        if outside is None:
+            raise InsideSignature(f"{self.xfail_reason} ({failure.failure_class})")
+        raise OutsideSignature(outside)
 
 
 def _any_match(globs: tuple[str, ...], value: str) -> bool:
@@ -177,9 +249,35 @@ def _build(path: Path, entry: _RawEntry) -> KnownFailure:
         **{name: _selector(path, entry, name) for name in SELECTOR_FIELDS},
         reason=entry.fields["reason"][0],
         upstream=upstream,
+        **_signature(path, entry),
         evidence=evidence[0] if evidence else None,
         source=f"{path}:{entry.line}",
     )
+
+
+def _signature(path: Path, entry: _RawEntry) -> dict:
+    """The class, and the error range a MEASURED class requires (and no other class takes)."""
+    failure_class, line = entry.fields["class"]
+    where = f"{path}:{line}: entry {entry.id}"
+    if failure_class not in FAILURE_CLASSES:
+        raise KnownFailuresError(f"{where}: field 'class' is '{failure_class}'; expected {SIGNATURE_FIELDS['class']}")
+    measured = entry.fields.get("max_abs_err")
+    if failure_class not in MEASURED:
+        if measured:
+            raise KnownFailuresError(f"{path}:{measured[1]}: entry {entry.id}: field 'max_abs_err': class "
+                                     f"'{failure_class}' has no error size; drop the field (only "
+                                     f"{', '.join(MEASURED)} take one)")
+        return dict(failure_class=failure_class, max_abs_err=None)
+    if not measured:
+        raise KnownFailuresError(f"{where}: missing field 'max_abs_err', required for class '{failure_class}' "
+                                 f"({SIGNATURE_FIELDS['max_abs_err']})")
+    value, line = measured
+    found = _RANGE.fullmatch(value)
+    bounds = found and ErrorRange(float(found["low"]), float(found["high"]), float(found["margin"]))
+    if not bounds or not (0 < bounds.low <= bounds.high and bounds.margin >= 1):
+        raise KnownFailuresError(f"{path}:{line}: entry {entry.id}: field 'max_abs_err' is '{value}'; "
+                                 f"expected {SIGNATURE_FIELDS['max_abs_err']}")
+    return dict(failure_class=failure_class, max_abs_err=bounds)
 
 
 def load_known_failures(path: str | Path) -> list[KnownFailure]:

@@ -2,6 +2,10 @@
 account of every collected cell (harness/accounting.py) with crash attribution and sanitizer
 re-runs at the session's end.
 
+A cell a KNOWN_FAILURES.md entry covers carries a strict xfail mark that accepts one exception,
+InsideSignature: the test body says how the cell failed (judge_failure), the entry decides whether
+that is inside its signature (xfailed) or not (failed, a new failure); a pass is an unexpected pass.
+
 Loaded from the repository's conftest.py. A malformed case file stops
 collection with one clear line (pytest.UsageError), never a traceback.
 """
@@ -18,11 +22,13 @@ import pytest
 import torch
 from _pytest.mark.expression import Expression
 
-from harness import ROOT, cli, gpu_slots, platform, releases
+from harness import cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cell_matrix import cell_defining_args, expand_cells, in_shard, rerun_command, skip_reason
-from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
+from harness.failure_class import Failure, of_dead_process
+from harness.known_failures import (KNOWN_FAILURES_FILE, InsideSignature, KnownFailuresError, load_known_failures,
+                                    match, stale)
 from harness.pools import DRAW_PLACES, DRAWS_ENV
 from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summary, confirm_crashes
 from harness.reporting.per_backend import per_backend_lines
@@ -32,10 +38,8 @@ from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
 from harness.seed_bugs import ReplayError, inject
 from harness.warmup import plan_warm_up, wait_for_warm_up
 
-KNOWN_FAILURES = ROOT / "KNOWN_FAILURES.md"
 _CONTROLLER: dict = {}  # the controller's config, for hooks that are not handed one
 _WARM_UP_WAITED: list = []  # this process's first cell has waited for the warm-up pass
-CRASH_MARKERS = ("illegal memory access", "CUDA error", "device-side assert", "unspecified launch failure")
 
 
 def pytest_addoption(parser):
@@ -46,6 +50,8 @@ def pytest_addoption(parser):
     group.addoption("--draws", default=DRAW_PLACES[0], choices=DRAW_PLACES,
                     help="where random Q/K/V are drawn: on the cell's device (fast), or on the host "
                          "(bit-identical to a CPU run of the same cell)")
+    group.addoption("--known-failures", default=str(KNOWN_FAILURES_FILE), metavar="FILE",
+                    help="the known-failures ledger (default: the repository's KNOWN_FAILURES.md)")
     group.addoption("--confirm-crashes", type=int, default=CONFIRM_DEFAULT, metavar="N",
                     help="re-run up to N crashed cells alone, each in a fresh process, to confirm the crash "
                          f"is theirs (default {CONFIRM_DEFAULT}; 0: off)")
@@ -95,9 +101,11 @@ def pytest_configure(config):
     try:
         config._attn_release = releases.installed()
         cases = load_all_cases(Path(config.getoption("--cases-dir")))
-        config._attn_known = load_known_failures(KNOWN_FAILURES)
+        config._attn_known = load_known_failures(config.getoption("--known-failures"))
     except (CaseFileError, KnownFailuresError, releases.UnsupportedVersionError) as error:
         raise pytest.UsageError(str(error)) from None
+    except OSError as error:  # a --known-failures file that cannot be read
+        raise pytest.UsageError(cli.os_problem(error)) from None
     shard = _parse_shard(config.getoption("--shard"))
     config._attn_sanitize = _sanitizer_tools(config.getoption("--sanitize"))
     _check_counts(config)
@@ -179,7 +187,22 @@ def pytest_collection_modifyitems(config, items):
         entry = match(config._attn_known, cell.record_keys())
         if entry is not None:
             item.user_properties.append(("known_failure", entry.id))
-            item.add_marker(pytest.mark.xfail(reason=f"known failure {entry.id}: {entry.reason}", strict=True))
+            item.add_marker(pytest.mark.xfail(reason=entry.xfail_reason, strict=True, raises=InsideSignature))
+
+
+@pytest.fixture
+def judge_failure(request):
+    """Let the test say how its cell failed: the class goes to the result line, and a covering
+    KNOWN_FAILURES.md entry raises its verdict (harness/known_failures.py KnownFailure.judge)."""
+    cell = request.node.callspec.params["cell"]
+    entry = match(request.config._attn_known, cell.record_keys())
+
+    def judge(failure: Failure) -> None:
+        request.node.user_properties.append(("failure_class", failure.failure_class))
+        if entry is not None:
+            entry.judge(failure)
+
+    return judge
 
 
 @pytest.fixture
@@ -211,10 +234,11 @@ def _cell_of(config, nodeid: str):
 
 
 def _cell_record(config, cell, status: str, reason: str | None, report, known_failure: str | None = None,
-                 metrics: dict | None = None) -> dict:
+                 metrics: dict | None = None, failure_class: str | None = None) -> dict:
     """One result line (harness/reporting/cell_schema.py), from a worker or the controller."""
-    return cell_record(_identity(config, cell, report.nodeid), status, reason, wall_s=round(report.duration, 4),
-                       known_failure=known_failure, measures=metrics)
+    record = cell_record(_identity(config, cell, report.nodeid), status, reason, wall_s=round(report.duration, 4),
+                         known_failure=known_failure, measures=metrics)
+    return {**record, "failure_class": failure_class}
 
 
 def _status(report, known: str | None) -> str:
@@ -224,7 +248,7 @@ def _status(report, known: str | None) -> str:
         return "skipped"
     if report.passed and hasattr(report, "wasxfail"):
         return "xpassed"
-    if report.failed and known and "XPASS" in str(report.longrepr):
+    if report.failed and known and str(report.longrepr).startswith("[XPASS(strict)]"):
         return "xpassed"
     return "passed" if report.passed else "failed"
 
@@ -248,21 +272,32 @@ def pytest_runtest_makereport(item, call):
     if cell is None or not (report.when == "call" or (report.when == "setup" and not report.passed)):
         return
     props = dict(item.user_properties)
-    if report.failed and report.when == "call" and props.get("known_failure") is None:
-        report.sections.append(("rerun", rerun_command(report.nodeid, item.config._attn_cell_args)))
     status = _status(report, props.get("known_failure"))
-    reason = _reason(report)
-    if status == "failed" and reason and any(m in reason for m in CRASH_MARKERS):
+    poisoned = props.get("failure_class") == "crash"
+    if status == "failed" and poisoned:
         status = "crashed"
-    append_record(_cell_record(item.config, cell, status, reason, report, props.get("known_failure"),
-                               props.get("metrics")),
+    if status in ("failed", "crashed") and report.when == "call":
+        report.sections.append(("rerun", rerun_command(report.nodeid, item.config._attn_cell_args)))
+    append_record(_cell_record(item.config, cell, status, _reason(report), report, props.get("known_failure"),
+                               props.get("metrics"), props.get("failure_class")),
                   worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
-    if status == "crashed":
+    if poisoned:
         # A sticky CUDA error poisons this process: leave, so xdist replaces the
         # worker and every other cell keeps running in a clean one.
         sys.stderr.write(f"\n[attn-harness] {cell.cell_id} crashed the device context; worker exits\n")
         sys.stderr.flush()
         os._exit(3)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    """Controller side: a worker died running a cell. Where a KNOWN_FAILURES.md entry of class crash
+    covers the cell, that is its known failure: the report becomes an xfail, as in the test body."""
+    config = _CONTROLLER.get("config")
+    cell = config and _cell_of(config, crashitem)
+    entry = cell and match(config._attn_known, cell.record_keys())
+    if entry and entry.outside_signature(of_dead_process(str(report.longrepr))) is None:
+        report.outcome, report.wasxfail = "skipped", entry.xfail_reason
 
 
 def pytest_runtest_logreport(report):
@@ -277,8 +312,12 @@ def pytest_runtest_logreport(report):
     cell = _cell_of(config, report.nodeid)
     if cell is None or cell.cell_id in read_records(run_dir()):
         return
-    reason = str(report.longrepr).splitlines()[0][:500]
-    append_record(_cell_record(config, cell, "crashed", reason, report), worker="controller")
+    failure = of_dead_process(str(report.longrepr).splitlines()[0][:500])
+    entry = match(config._attn_known, cell.record_keys())
+    status, reason = (("xfailed", report.wasxfail) if hasattr(report, "wasxfail") else
+                      ("crashed", (entry and entry.outside_signature(failure)) or failure.message))
+    append_record(_cell_record(config, cell, status, reason, report, entry and entry.id,
+                               failure_class=failure.failure_class), worker="controller")
 
 
 def _collected(config, nodeids) -> None:

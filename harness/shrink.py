@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import queue
-import shlex
 import subprocess
 import sys
 import threading
@@ -27,10 +26,11 @@ import yaml
 from harness import ROOT
 from harness.case_strategy import DrawnCase
 from harness.cases import CaseSpec
+from harness.cell_matrix import case_file_rerun, expand_cells, repo_path
 from harness.cell_worker import OUTCOME_MARK
 from harness.draw_caps import DrawProfile
 from harness.failure_class import CRASHED, TIMED_OUT
-from harness.generated import Generated, generated_name, run_pass
+from harness.generated import Generated, as_case, generated_name, run_pass
 
 
 class CellExecutor:
@@ -96,7 +96,7 @@ class Shrunk:
 
     def as_report(self) -> dict:
         return dict(source_cell=self.source_cell, failure=self.failure, message=self.message,
-                    case=self.case_name, case_file=str(self.case_file.relative_to(ROOT)),
+                    case=self.case_name, case_file=repo_path(str(self.case_file)),
                     rerun=self.rerun, runs=self.runs, wall_s=round(self.wall_s, 1))
 
 
@@ -150,8 +150,8 @@ def shrink(generated: Generated, first: dict, profile: DrawProfile, seed: int, r
     smallest = search.smallest
     name = f"{generated_name(seed, generated.index, CaseSpec.model_validate(smallest.fields))}-min"
     path = out_dir / f"{name}.yaml"
-    rerun = " ".join(["pytest", "harness/test_cases.py", "--cases-dir", shlex.quote(str(out_dir.relative_to(ROOT))),
-                      "-k", shlex.quote(name), *(["--replay", replay] if replay else [])])
+    (cell,) = expand_cells([as_case(smallest, name, str(path))])
+    rerun = case_file_rerun(cell.cell_id, ["--replay", replay] if replay else [], out_dir)
     runs = sum(o["status"] != "not run" for o in search.outcomes.values())
     wall = time.monotonic() - started
     outcome = search.outcomes[smallest.key]

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import textwrap
 import uuid
 
@@ -21,9 +19,8 @@ import pytest
 
 from harness import platform
 from harness.accounting import NOT_RUN_LIST
-from harness.lone_run import ROOT, confirm_crashes
+from harness.lone_run import confirm_crashes
 from harness.reporting.junit import junit_tree
-from harness.reporting.merge import merge_runs
 from harness.results import MANIFEST, RUN_ID_ENV, run_folder
 from harness.run_cell import FORCE_CRASH_ENV
 
@@ -37,25 +34,14 @@ LONE_CRASH = {"cpu": "process killed by SIGSEGV", "cuda": "illegal memory access
 
 
 @pytest.fixture
-def drill(tmp_path):
-    """Run the drill matrix in a subprocess; yield a runner that returns (process, run folder, merged cells)."""
-    folders = []
+def drill(harness_run):
+    """Run the drill matrix with one worker, CRASHING cells segfaulting (harness/conftest.py harness_run)."""
 
     def run(*args, env=None, crashing=CRASHING):
-        run_id = f"drill-{uuid.uuid4().hex[:8]}"
-        folders.append(run_folder(run_id))
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "1", "--cases-dir", DRILL_CASES,
-             "harness/test_cases.py", *args],
-            env={**os.environ, RUN_ID_ENV: run_id, FORCE_CRASH_ENV: crashing, **(env or {})},
-            cwd=ROOT, capture_output=True, text=True, timeout=600)
-        folder = folders[-1]
-        cells = merge_runs([folder]).results["cells"] if (folder / MANIFEST).exists() else []
-        return done, folder, {cell["cell_id"]: cell for cell in cells}
+        return harness_run("harness/test_cases.py", "-n", "1", "--cases-dir", DRILL_CASES, *args,
+                           env={FORCE_CRASH_ENV: crashing, **(env or {})})
 
-    yield run
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
+    return run
 
 
 def last_line(done) -> str:

@@ -69,6 +69,7 @@ LEDGER = """\
 - cases: chain-bs2
 - reason: a ledger entry may name the new backend
 - upstream: sglang#12345
+- class: error
 """
 
 

@@ -173,6 +173,8 @@ ROWS = [
     ("pytest-shard-not-fraction", f"{PYTEST} --shard 1/x", "ERROR: --shard '1/x': expected i/n, e.g. 1/4", 4),
     ("pytest-cases-dir-missing", f"{PYTEST} --cases-dir {{d}}/nope", "ERROR: {d}/nope: not a folder", 4),
     ("pytest-unknown-replay", f"{PYTEST} --replay nope", "ERROR: unknown replay 'nope'; known:", 4),
+    ("pytest-known-failures-missing", f"{PYTEST} --known-failures {{d}}/nope.md",
+     "ERROR: {d}/nope.md: No such file or directory", 4),
     ("pytest-unknown-sanitizer", f"{PYTEST} --sanitize bogus",
      "ERROR: --sanitize 'bogus': expected a comma-separated list of memcheck, racecheck", 4),
     ("pytest-confirm-crashes-not-number", f"{PYTEST} --confirm-crashes x",

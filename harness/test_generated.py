@@ -1,9 +1,11 @@
-"""The generated tier: valid, reproducible, far-reaching draws; failures shrunk to case files."""
+"""The generated tier: valid, reproducible, far-reaching draws; failures written out as case files
+that rerun without a draw, and shrunk."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -17,11 +19,13 @@ from harness.case_strategy import DrawnCase
 from harness.cases import load_case_file
 from harness.cell_matrix import expand_cells
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, PROFILES, cell_cost, machine_runs
-from harness.failure_class import CRASHED, TIMED_OUT, exception_class
+from harness.failure_class import CRASHED, TIMED_OUT, of_exception
 from harness.generated import generated_tier
+from harness.generated_plugin import CASES_FOLDER
 from harness.invariants import InvariantViolation
 from harness.modes import MODES
 from harness.case_limits import max_request_len
+from harness.run_cell import FORCE_CRASH_ENV
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 from harness.sglang_env import decode_capture_sizes
 from harness.shrink import CellExecutor, shrink, write_case
@@ -69,6 +73,16 @@ def _reached(generated) -> dict[str, set]:
                                                           ("no padding", cell.capture_bs == spec.bs),
                                                           ("past the pick", cell.capture_bs > pick)) if hit}
     return seen
+
+
+def test_draft_decode_draws_start_at_the_shortest_prefix_production_runs_it_on(tier):
+    """Draft decode never runs on an empty prefix (harness/modes/draft_decode.py): drawn from 1 up, and
+    1 is reached; the other modes still reach 0."""
+    _, generated = tier
+    shortest = defaultdict(set)
+    for item in generated:
+        shortest[item.case.mode == "draft_decode"].add(min(item.case.spec.prefix_lens))
+    assert min(shortest[True]) == 1 and min(shortest[False]) == 0
 
 
 def test_draws_reach_shapes_and_boundaries_the_hand_made_cases_never_do(tier):
@@ -139,9 +153,11 @@ def test_failure_class_masks_numbers_and_drops_where_a_detector_fired():
                                "a negative per-request length")
     replay = InvariantViolation("replay init_forward_metadata_out_graph (bs 3 padded to 8), step backend 1: "
                                 "kv_indptr decreases at row 7 (9 -> -1): a negative per-request length")
-    assert exception_class(eager) == exception_class(replay)
-    assert exception_class(TypeError("'NoneType' object is not iterable")) != exception_class(eager)
-    assert exception_class(RuntimeError("size 12")) == exception_class(RuntimeError("size 7"))
+    assert str(of_exception(eager)) == str(of_exception(replay))
+    assert str(of_exception(TypeError("'NoneType' object is not iterable"))) != str(of_exception(eager))
+    assert str(of_exception(RuntimeError("size 12"))) == str(of_exception(RuntimeError("size 7")))
+    assert of_exception(eager).failure_class == "invariant"
+    assert of_exception(RuntimeError("CUDA error: an illegal memory access was encountered")).failure_class == "crash"
 
 
 class FakeExecutor:
@@ -158,10 +174,7 @@ class FakeExecutor:
         return dict(status="passed", failure=None, message="")
 
 
-def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path, monkeypatch):
-    import harness.shrink as shrink_module
-
-    monkeypatch.setattr(shrink_module, "ROOT", tmp_path)
+def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path):
     profile = PROFILES["cpu"]
     failing = next(g for g in generated_tier(profile, 0, 60)
                    if g.case.spec.bs >= 4 and g.case.spec.host_mirrors != "full")
@@ -172,8 +185,9 @@ def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path, m
     assert (case.spec.bs, case.spec.host_mirrors) == (2, "gpu_only")  # what the failure needs, no more
     assert max(case.spec.prefix_lens) <= 3 and (case.spec.num_heads, case.spec.head_dim) == (1, 64)
     assert shrunk.failure == "TypeError: x"
-    assert shrunk.rerun == (f"pytest harness/test_cases.py --cases-dir reproducers -k {case.spec.name} "
-                            "--replay some-bug")
+    (cell,) = expand_cells([case])
+    assert shrunk.rerun == (f"pytest 'harness/test_cases.py::test_cell[{cell.cell_id}]' --replay some-bug "
+                            f"--cases-dir {tmp_path / 'reproducers'}")
     assert "Rerun: " + shrunk.rerun in shrunk.case_file.read_text()
 
 
@@ -213,3 +227,43 @@ def test_generated_budget_skips_cells_that_would_start_after_it():
     assert "3 skipped" in done.stdout, done.stdout[-2000:]
     assert "generated-tier budget of 0.001 s spent" in done.stdout
     assert "generated tier (cpu profile, seed 0): 3 cells drawn" in done.stdout
+
+
+def test_a_failing_or_crashed_generated_cell_is_a_case_file_that_reruns_without_a_draw(harness_run):
+    """Two drawn cells: one killed by a re-injected seed bug (a DRAFT_EXTEND_V2 graph cell under
+    pr26651-seq-lens), one crashing its worker. Each is written to the run folder as a one-case file
+    the strict loader takes, with a rerun line (the record's too) that names no drawing option; the
+    failing one's rerun fails the same way in a fresh run that draws nothing. The shrunk reproducer
+    lands in the same folder."""
+    tier = generated_tier(PROFILES["cpu"], 0, 40)
+    failing = next(g for g in tier if g.case.mode == "draft_extend_v2" and g.case.spec.runners == ["cg_meta"])
+    crashing = next(g for g in tier if g.case.spec.runners == ["eager"] and g is not failing)
+    (failing_cell,), (crashing_cell,) = expand_cells([failing.case]), expand_cells([crashing.case])
+    count = max(failing.index, crashing.index) + 1
+    done, folder, cells = harness_run(
+        "harness/test_cases.py", "-n", "1", "--generated", str(count), "--generated-only", "--replay",
+        "pr26651-seq-lens", "-k", f"{failing.case.spec.name}- or {crashing.case.spec.name}-", "--confirm-crashes",
+        "0", "--shrink-budget", "10", env={FORCE_CRASH_ENV: crashing_cell.cell_id})
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert {cell_id: cell["status"] for cell_id, cell in cells.items()} == {
+        failing_cell.cell_id: "failed", crashing_cell.cell_id: "crashed"}, done.stdout[-3000:]
+    written = folder / CASES_FOLDER
+    for generated, cell in ((failing, failing_cell), (crashing, crashing_cell)):
+        (case,) = load_case_file(written / f"{cell.cell_id}.yaml")
+        assert (case.mode, case.spec) == (generated.case.mode, generated.case.spec)
+        assert [c.cell_id for c in expand_cells([case])] == [cell.cell_id]
+        rerun = cells[cell.cell_id]["rerun"]
+        assert rerun == (f"pytest 'harness/test_cases.py::test_cell[{cell.cell_id}]' --replay pr26651-seq-lens "
+                         f"--cases-dir {written.relative_to(ROOT)}")
+        assert f"# Rerun (no hypothesis draw: on any machine where triton runs): {rerun}" in \
+            (written / f"{cell.cell_id}.yaml").read_text()
+    report = json.loads((folder / "run.json").read_text())["generated"]
+    assert {failure["cell"]: failure["rerun"] for failure in report["failures"]} == {
+        cell_id: cells[cell_id]["rerun"] for cell_id in (failing_cell.cell_id, crashing_cell.cell_id)}
+    [reproducer] = report["reproducers"]
+    assert reproducer["case_file"].startswith(f"{written.relative_to(ROOT)}/")
+    again, _, rerun_cells = harness_run(*shlex.split(cells[failing_cell.cell_id]["rerun"])[1:])
+    assert "generated tier" not in again.stdout, again.stdout[-3000:]
+    [(cell_id, cell)] = rerun_cells.items()
+    assert (cell_id, cell["status"], cell["failure_class"]) == (
+        failing_cell.cell_id, "failed", cells[failing_cell.cell_id]["failure_class"])

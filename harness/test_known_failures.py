@@ -1,10 +1,14 @@
-"""The KNOWN_FAILURES.md ledger: what parses, what is refused with which message, what matches."""
+"""The KNOWN_FAILURES.md ledger: what parses, what is refused with which message, what matches, and
+which failures of a covered cell its signature admits."""
 
+import re
 
 import pytest
 
 from harness import ROOT
-from harness.known_failures import KnownFailuresError, load_known_failures, match, stale
+from harness.failure_class import FAILURE_CLASSES, Failure
+from harness.known_failures import (ErrorRange, InsideSignature, KnownFailuresError, OutsideSignature,
+                                    load_known_failures, match, stale)
 from harness.runners import RUNNER_NAMES as RUNNERS
 
 REPO_LEDGER = ROOT / "KNOWN_FAILURES.md"
@@ -18,6 +22,8 @@ ENTRY = """\
 - reason: tree mask read past the padded rows
   after graph replay
 - upstream: sglang#12345
+- class: numeric
+- max_abs_err: 0.2-0.3, margin x2
 - evidence: reports/SUMMARY.md 2026-11-22, max_abs_err 0.3
 
 Prose may follow:
@@ -32,6 +38,7 @@ SECOND = """\
 - cases: *
 - reason: everything on triton
 - upstream: https://github.com/sgl-project/sglang/issues/1
+- class: crash
 """
 
 
@@ -63,14 +70,16 @@ def test_entry_fields(tmp_path):
     assert entry.reason == "tree mask read past the padded rows after graph replay"
     assert entry.upstream == "sglang#12345"
     assert entry.evidence.startswith("reports/SUMMARY.md")
+    assert (entry.failure_class, entry.max_abs_err) == ("numeric", ErrorRange(0.2, 0.3, 2.0))
     assert entry.source.endswith("KNOWN_FAILURES.md:8")
     assert other.evidence is None and other.runner == ("*",)
+    assert (other.failure_class, other.max_abs_err) == ("crash", None)
 
 
 MALFORMED = {
     "unknown field": (
         ENTRY.replace("- evidence:", "- evidnce:"),
-        ["KNOWN_FAILURES.md:9", "entry KF-fa4-tree-graph", "unknown field 'evidnce'", "valid fields: backend"],
+        ["KNOWN_FAILURES.md:11", "entry KF-fa4-tree-graph", "unknown field 'evidnce'", "valid fields: backend"],
     ),
     "missing field": (
         ENTRY.replace("- upstream: sglang#12345\n", ""),
@@ -78,7 +87,38 @@ MALFORMED = {
     ),
     "duplicate id": (
         ENTRY + "\n" + ENTRY,
-        ["KNOWN_FAILURES.md:14", "KF-fa4-tree-graph is defined twice", "first at", "KNOWN_FAILURES.md:1"],
+        ["KNOWN_FAILURES.md:16", "KF-fa4-tree-graph is defined twice", "first at", "KNOWN_FAILURES.md:1"],
+    ),
+    "missing class": (
+        ENTRY.replace("- class: numeric\n", ""),
+        ["KNOWN_FAILURES.md:1", "entry KF-fa4-tree-graph", "missing field 'class'", "census-only, numeric, nan"],
+    ),
+    "unknown class": (
+        ENTRY.replace("class: numeric", "class: NaN"),
+        ["KNOWN_FAILURES.md:9", "entry KF-fa4-tree-graph", "field 'class' is 'NaN'", "one of census-only, numeric"],
+    ),
+    "measured class without its range": (
+        ENTRY.replace("- max_abs_err: 0.2-0.3, margin x2\n", ""),
+        ["KNOWN_FAILURES.md:9", "entry KF-fa4-tree-graph", "missing field 'max_abs_err', required for class "
+         "'numeric'", "'<low>-<high>, margin x<k>'"],
+    ),
+    "range on a class without a size": (
+        ENTRY.replace("class: numeric", "class: invariant"),
+        ["KNOWN_FAILURES.md:10", "entry KF-fa4-tree-graph", "field 'max_abs_err': class 'invariant' has no error "
+         "size", "drop the field"],
+    ),
+    "range without margin": (
+        ENTRY.replace("0.2-0.3, margin x2", "0.2-0.3"),
+        ["KNOWN_FAILURES.md:10", "entry KF-fa4-tree-graph", "field 'max_abs_err' is '0.2-0.3'",
+         "'<low>-<high>, margin x<k>' with 0 < low <= high and k >= 1"],
+    ),
+    "range upside down": (
+        ENTRY.replace("0.2-0.3, margin x2", "0.3-0.2, margin x2"),
+        ["KNOWN_FAILURES.md:10", "field 'max_abs_err' is '0.3-0.2, margin x2'", "0 < low <= high"],
+    ),
+    "margin below one": (
+        ENTRY.replace("margin x2", "margin x0.5"),
+        ["KNOWN_FAILURES.md:10", "field 'max_abs_err' is '0.2-0.3, margin x0.5'", "k >= 1"],
     ),
     "bad runner": (
         ENTRY.replace("runner: cuda_graph", "runner: graph"),
@@ -123,3 +163,44 @@ def test_stale(tmp_path):
     entries = load_known_failures(write(tmp_path, ENTRY + "\n" + SECOND))
     assert [entry.id for entry in stale(entries, [cell()])] == ["KF-any-triton"]
     assert stale(entries, [cell(), cell(backend="triton")]) == []
+
+
+def test_the_format_documents_every_failure_class_as_the_registry_says():
+    text = REPO_LEDGER.read_text()
+    for name, meaning in FAILURE_CLASSES.items():
+        assert re.search(rf"\| `{re.escape(name)}` \| {re.escape(meaning).replace('InvariantViolation', '`InvariantViolation`').replace('CanaryTripped', '`CanaryTripped`')} \|", text), name
+
+
+def test_error_ranges_in_exponent_notation_and_their_bounds(tmp_path):
+    [entry] = load_known_failures(write(tmp_path, ENTRY.replace("0.2-0.3, margin x2", "3.6e-3-1.56e-2, margin x1.5")))
+    assert entry.max_abs_err == ErrorRange(0.0036, 0.0156, 1.5)
+    assert entry.max_abs_err.bounds == pytest.approx((0.0024, 0.0234))
+    assert 0.00241 in entry.max_abs_err and 0.02339 in entry.max_abs_err
+    assert 0.00239 not in entry.max_abs_err and 0.02341 not in entry.max_abs_err
+
+
+def numeric(max_abs_err, failure_class="numeric"):
+    return Failure(failure_class, "eager vs reference", "eager vs reference step 0: ...", max_abs_err)
+
+
+@pytest.mark.parametrize("failure, difference", [
+    (numeric(0.1), None),  # the low end: 0.2 / 2
+    (numeric(0.6), None),  # the high end: 0.3 x 2
+    (numeric(0.61), "max_abs_err 0.61 is outside 0.1-0.6 (measured 0.2-0.3, margin x2)"),
+    (numeric(0.05), "max_abs_err 0.05 is outside 0.1-0.6"),
+    (numeric(None), "max_abs_err no finite error is outside"),
+    (numeric(0.25, "census-only"), "it fails as census-only (only the key-census head differs"),
+    (numeric(None, "nan"), "it fails as nan (NaN in the output"),
+    (Failure("crash", "the process died", "worker 'gw0' crashed"), "it fails as crash"),
+], ids=["low-end", "high-end", "above", "below", "no-finite-error", "census-only", "nan", "crash"])
+def test_a_covered_failure_inside_or_outside_the_signature(tmp_path, failure, difference):
+    [entry] = load_known_failures(write(tmp_path, ENTRY))
+    found = entry.outside_signature(failure)
+    if difference is None:
+        assert found is None
+    else:
+        assert found.startswith(f"outside the signature of KF-fa4-tree-graph: {difference}"), found
+        assert found.endswith(f"; {failure.message}")
+    with pytest.raises(InsideSignature if difference is None else OutsideSignature) as verdict:
+        entry.judge(failure)
+    assert difference is None or str(verdict.value) == found

@@ -33,6 +33,7 @@ class SpecMode(Protocol):
     backend_role: str  # "target", "draft" or "draft_multi_step": which backend object runs it
     spec_algorithm: str  # sglang's --speculative-algorithm for the worker that runs this forward
     takes_draft_window: bool  # draft_window / draft_sink apply (the multi-step draft decode)
+    min_prefix_len: int  # the shortest committed prefix production runs this mode on
 
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def speculative_args(self, spec: CaseSpec) -> dict: ...  # --speculative-* server args
@@ -70,6 +71,7 @@ class WindowedMode:
     """
 
     spec_algorithm = "EAGLE"
+    min_prefix_len = 0  # only draft decode has been shown never to run on an empty prefix (issue 25)
 
     def speculative_args(self, spec: CaseSpec) -> dict:
         return eagle_speculative_args(spec, self.num_draft_tokens(spec))

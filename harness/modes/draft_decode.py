@@ -7,6 +7,17 @@ out_cache_loc holds bs * topk * num_steps slots, branch k of request b owning
 row positions prefix + k * num_steps + s. Step s (0 .. num_steps - 2) runs on
 the multi-step backend's s-th backend; each branch's query sees the prefix and
 its own branch's tokens 0..s (its own token included, written by this step).
+
+A committed prefix of 0 is a state production never reaches here (sglang 0.5.23): the draft
+runs on the committed length (eagle_worker_common.prepare_for_draft builds the batch on
+batch.seq_lens); that length starts at the prompt length, since intake refuses an empty prompt
+(io_struct.GenerateReqInput._determine_batch_size: "input_ids cannot be empty") and prefill
+computes at least one token (schedule_batch.Req._compute_max_prefix_len: input_len - 1); each
+verify then adds accept_lens >= 1 (eagle_utils.eagle_sample: num_correct_drafts + 1, added in
+eagle_worker_common.run_eagle_verify); CUDA-graph padding rows use seq_len 1
+(TritonAttnBackend.get_cuda_graph_seq_len_fill_value). Triton's kernels divide by the
+shortest length (kernels/ops/attention/metadata.py get_num_kv_splits_triton), so a 0 gives NaN
+that no server ever sees.
 """
 
 from __future__ import annotations
@@ -25,10 +36,17 @@ class DraftDecode:
     backend_role = "draft_multi_step"
     spec_algorithm = "EAGLE"
     takes_draft_window = True
+    min_prefix_len = 1  # the prompt's one token at least: see the module docstring
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is not None:
             return "input_lens: draft_decode takes topk tokens per request per step; drop input_lens"
+        short = [index + 1 for index, prefix in enumerate(case.prefix_lens) if prefix < self.min_prefix_len]
+        if short:
+            return (f"prefix_lens: item {short[0]} is 0, a length production never reaches in draft decode: "
+                    "the draft runs on the committed length, at least the prompt's one token (sglang refuses "
+                    "empty prompts, every verify commits one token or more, graph padding rows use seq_len 1); "
+                    f"give every request a prefix >= {self.min_prefix_len}")
         if case.num_steps < 2:
             return "num_steps: draft_decode runs num_steps - 1 attention steps, so it needs num_steps >= 2"
         if case.topk > 1 and case.page_size > 1:

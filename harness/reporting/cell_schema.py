@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.failure_class import FAILURE_CLASSES
 from harness.modes import MODES
 from harness.runners import GRAPH_RUNNER_NAMES as GRAPH_RUNNERS
 from harness.runners import RUNNER_NAMES as RUNNERS
@@ -67,9 +68,11 @@ CELL_FIELDS: dict[str, _Field] = {
     "rerun": _Field(_TEXT),
 }
 # Added after the run by crash attribution (harness/lone_run.py) and sanitizer re-runs
-# (harness/sanitizer.py), or by the worker for an executed cell (phase_s); absent from records
-# that predate them.
+# (harness/sanitizer.py), or by the worker for an executed cell (phase_s, failure_class); absent
+# from records that predate them.
 OPTIONAL_FIELDS: dict[str, _Field] = {
+    # how a failed, crashed or xfailed cell failed (harness/failure_class.py); null for the others
+    "failure_class": _Field(_TEXT, nullable=True, choices=tuple(FAILURE_CLASSES)),
     "reproduced_alone": _Field((bool,), nullable=True),  # did the crash happen again in a fresh process?
     "lone_run": _Field(_TEXT, nullable=True),  # what that lone run said
     "sanitizer": _Field((dict,), nullable=True),  # tool -> its first error block (or why none)

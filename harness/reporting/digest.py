@@ -2,7 +2,8 @@
 
 A full matrix repeats itself every night; the digest shows only the changes a maintainer acts on
 (new failures, crashes and cells that newly did not run first) and its exit status lets the
-nightly job alert on them alone.
+nightly job alert on them alone. Above them, today's failures grouped by verdict, class and
+backend say why the night is red (harness/reporting/verdicts.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Mapping
 
 from harness.reporting.cell_schema import EXECUTED, outcome_message
 from harness.reporting.runs import RunFacts
+from harness.reporting.verdicts import glance
 
 # A cell is slower when it takes more than SLOWER_FACTOR times as long and SLOWER_MIN_S more
 # seconds: the factor ignores noise on long cells, the floor ignores jitter on millisecond ones.
@@ -124,6 +126,10 @@ def render_digest(digest: Digest, today: Mapping, yesterday: Mapping) -> str:
         f"yesterday: {RunFacts.of(yesterday['runs']).line()}",
         "",
         f"**{counts}**; {total}",
+        "",
+        "## Today, by verdict, failure class and backend",
+        "",
+        *glance(today["cells"]),
         "",
         *_section("New failures", digest.new_failures, _change_line),
         *_section("New crashes", digest.new_crashes, _change_line),

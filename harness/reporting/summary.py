@@ -1,8 +1,9 @@
 """reports/SUMMARY.md: the human entry point to a night's results.
 
-Ordered by what a reader needs: did it pass, where not, how to reproduce each failure, which
-cells never ran and why, why cells were skipped, and which known-failure entries no longer earn
-their place.
+Ordered by what a reader needs: did it pass, and if not why at a glance (failures by verdict,
+class and backend: a known sglang bug, a new failure, or one outside a known signature), where,
+how to reproduce each failure, which cells never ran and why, why cells were skipped, and which
+known-failure entries no longer earn their place.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ from harness.reporting.cell_schema import EXECUTED, STATUSES, UNEXPECTED, diagno
 from harness.reporting.markdown import markdown_table, md_cell
 from harness.reporting.matrix import build_matrix, column_label, format_err, square_notes
 from harness.reporting.runs import RunFacts
+from harness.reporting.verdicts import glance
 
 
 def _status_section(cells: Sequence[Mapping]) -> list[str]:
     counts = Counter(cell["status"] for cell in cells)
     rows = [[status, str(counts[status])] for status in STATUSES if counts[status]]
     return ["## Status", "", *markdown_table(["status", "cells"], rows + [["total", str(len(cells))]])]
+
+
+def _glance_section(cells: Sequence[Mapping]) -> list[str]:
+    return ["## Red or green, and why", "", *glance(cells)]
 
 
 def _matrix_section(cells: Sequence[Mapping]) -> list[str]:
@@ -119,6 +125,7 @@ def render_summary(results: Mapping, known_failures: Sequence[KnownFailure]) -> 
     sections = [
         ["# attn-harness results", "", RunFacts.of(results["runs"]).line(), *([""] + notes if notes else [])],
         _status_section(cells),
+        _glance_section(cells),
         _matrix_section(cells),
         _problems_section(cells),
         _not_run_section(cells),

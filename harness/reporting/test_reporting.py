@@ -212,7 +212,7 @@ def test_summary(tmp_path):
     ledger = tmp_path / "KNOWN_FAILURES.md"
     ledger.write_text(
         "## KF-fa4-sm100\n- backend: fa4\n- mode: *\n- runner: *\n- cases: *\n"
-        "- reason: needs Blackwell\n- upstream: sglang#1\n"
+        "- reason: needs Blackwell\n- upstream: sglang#1\n- class: error\n"
     )
     out = tmp_path / "SUMMARY.md"
     assert main(["summary", "--results", str(results), "--known-failures", str(ledger), "--out", str(out)]) == 0
@@ -230,6 +230,72 @@ def test_summary(tmp_path):
     assert "UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry KF-fi-chain" in text
     assert "| fa4 needs sm100 | 2 | fa4 | target_verify |" in text
     assert "KF-fa4-sm100 (sglang#1" in text and "2 matching cells were all skipped" in text
+
+
+# why red, at a glance (SUMMARY.md and digest) ------------------------------------------------------
+
+RED_NIGHT = [
+    make_cell(backend="fa3", status="failed", failure_class="numeric", reason="differs"),
+    make_cell(backend="fa3", case="x", status="failed", failure_class="numeric", reason="differs"),
+    make_cell(backend="triton", status="failed", known_failure="KF-t", failure_class="numeric",
+              reason="outside the signature of KF-t: it fails as numeric, the entry says census-only"),
+    make_cell(backend="triton", case="x", status="crashed", known_failure="KF-t", failure_class="crash",
+              reason="outside the signature of KF-t: it fails as crash"),
+    make_cell(backend="fa4", status="xfailed", known_failure="KF-c", failure_class="census-only"),
+    make_cell(backend="fa4", case="x", status="xfailed", known_failure="KF-c", failure_class="census-only"),
+    make_cell(backend="flashinfer", status="xpassed", known_failure="KF-f"),
+    make_cell(backend="torch_native", status="crashed", reason="worker 'gw0' crashed"),  # a record without a class
+    make_cell(backend="fa3", case="y", status="not_run", reason="interrupted"),
+    make_cell(case="fine"),
+]
+GLANCE = [
+    ("**Red**: new failure: 3 cells, outside a known signature: 2 cells, unexpected pass: 1 cell, "
+     "not run: 1 cell; known sglang bug: 2 cells."),
+    "",
+    "| verdict | failure class | backend | cells | KNOWN_FAILURES entries | first cell |",
+    "|---|---|---|---|---|---|",
+    f"| **new failure** | numeric | fa3 | 2 | – | `{RED_NIGHT[0]['cell_id']}` |",
+    f"| **new failure** | unclassified | torch_native | 1 | – | `{RED_NIGHT[7]['cell_id']}` |",
+    f"| **outside a known signature** | numeric | triton | 1 | KF-t | `{RED_NIGHT[2]['cell_id']}` |",
+    f"| **outside a known signature** | crash | triton | 1 | KF-t | `{RED_NIGHT[3]['cell_id']}` |",
+    f"| **unexpected pass** | passes | flashinfer | 1 | KF-f | `{RED_NIGHT[6]['cell_id']}` |",
+    f"| **not run** | never ran | fa3 | 1 | – | `{RED_NIGHT[8]['cell_id']}` |",
+    f"| known sglang bug | census-only | fa4 | 2 | KF-c | `{RED_NIGHT[4]['cell_id']}` |",
+    "",
+    "- new failure: no KNOWN_FAILURES.md entry covers these cells",
+]
+
+
+def test_summary_says_why_red_by_verdict_class_and_backend(tmp_path):
+    ledger = tmp_path / "KNOWN_FAILURES.md"
+    ledger.write_text("")
+    out = tmp_path / "SUMMARY.md"
+    assert main(["summary", "--results", str(write_results(tmp_path / "results.json", RED_NIGHT)),
+                 "--known-failures", str(ledger), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Red or green, and why\n\n" + "\n".join(GLANCE) in text
+    assert "- known sglang bug: they fail inside their KNOWN_FAILURES.md signature" in text
+    assert text.index("## Red or green, and why") < text.index("## Matrix")
+
+
+def test_a_night_of_known_bugs_only_is_green(tmp_path):
+    ledger = tmp_path / "KNOWN_FAILURES.md"
+    ledger.write_text("")
+    out = tmp_path / "SUMMARY.md"
+    assert main(["summary", "--results", str(write_results(tmp_path / "results.json", RED_NIGHT[4:6] + RED_NIGHT[9:])),
+                 "--known-failures", str(ledger), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "**Green**: no failure outside KNOWN_FAILURES.md signatures; known sglang bug: 2 cells." in text
+    assert "**new failure**" not in text
+
+
+def test_digest_says_why_today_is_red(tmp_path):
+    today = RED_NIGHT
+    yesterday = [make_cell(backend=cell["backend"], case=cell["case"]) for cell in RED_NIGHT]
+    assert main(digest_args(tmp_path, today, yesterday)) == 1
+    text = (tmp_path / "DIGEST.md").read_text()
+    assert "## Today, by verdict, failure class and backend\n\n" + "\n".join(GLANCE) in text
+    assert text.index("## Today, by verdict") < text.index("## New failures")
 
 
 def test_heatmap_writes_png(tmp_path):
