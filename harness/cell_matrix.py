@@ -9,6 +9,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from _pytest.mark.expression import Expression
+
 from harness import ROOT
 from harness.backends import BACKENDS
 from harness.cases import CASES_DIR, Case, CaseSpec
@@ -149,6 +151,15 @@ def replay_batches(cell: Cell) -> list[ReplayBatch]:
     if capture_bs > spec.bs:
         return [_padded(extra_batch_spec(spec, spec.bs + 1), cell, extra=True), own]
     return [own, _padded(extra_batch_spec(spec, max(spec.bs - 1, 1)), cell, extra=True)]
+
+
+def keyword_selected(cell: Cell, expression: str) -> bool:
+    """Whether ``-k`` keeps the cell: the names pytest matches for its item (harness/, test_cases.py,
+    test_cell[<cell id>]), case-insensitive substrings, as pytest's own KeywordMatcher does."""
+    if not expression:
+        return True
+    names = ("harness", "test_cases.py", f"test_cell[{cell.cell_id}]".lower())
+    return Expression.compile(expression).evaluate(lambda part: any(part.lower() in name for name in names))
 
 
 def in_shard(cell: Cell, shard: tuple[int, int]) -> bool:

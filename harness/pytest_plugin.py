@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from _pytest.mark.expression import Expression
 
 from harness import cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
-from harness.cell_matrix import cell_defining_args, expand_cells, in_shard, rerun_command, skip_reason
+from harness.cell_matrix import (cell_defining_args, expand_cells, in_shard, keyword_selected, rerun_command,
+                                 skip_reason)
 from harness.failure_class import Failure, of_dead_process
 from harness.known_failures import (KNOWN_FAILURES_FILE, InsideSignature, KnownFailuresError, load_known_failures,
                                     match, stale)
@@ -120,15 +120,6 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.workerinput["workercount"]))
 
 
-def _keyword_selected(cell, expression: str) -> bool:
-    """Whether ``-k`` keeps the cell: the names pytest matches for its item (harness/, test_cases.py,
-    test_cell[<cell id>]), case-insensitive substrings, as pytest's own KeywordMatcher does."""
-    if not expression:
-        return True
-    names = ("harness", "test_cases.py", f"test_cell[{cell.cell_id}]".lower())
-    return Expression.compile(expression).evaluate(lambda part: any(part.lower() in name for name in names))
-
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's controller skips collection
 def pytest_collection(session):
     """Start the warm-up pass (harness/warmup.py) on a GPU host, over the cells the run will select
@@ -137,7 +128,7 @@ def pytest_collection(session):
     if (hasattr(config, "workerinput") or not platform.HAS_GPU or config.option.collectonly
             or config.getoption("--no-warm-up") or not hasattr(config, "_attn_cells")):
         return None
-    cells = [cell for cell in config._attn_cells if _keyword_selected(cell, config.option.keyword)]
+    cells = [cell for cell in config._attn_cells if keyword_selected(cell, config.option.keyword)]
     plan = plan_warm_up(cells, getattr(config.option, "numprocesses", None) or 1, run_dir())
     config._attn_warm_up = plan
     if plan.to_compile:

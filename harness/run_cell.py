@@ -87,10 +87,28 @@ class _Batch:
     steps: list
     inputs: list
     forward_batch: object
+    state: BatchState  # its requests' view of the pools (the K/V the reference read)
 
     @property
     def expected(self) -> list[torch.Tensor]:
         return [step.expected for step in self.inputs]
+
+
+@dataclass(frozen=True)
+class PreparedCell:
+    """A cell ready to run: sglang's backend built on pools holding every batch the cell runs, each
+    batch's inputs drawn and its reference computed."""
+
+    cell: Cell
+    mode: SpecMode
+    backend: object
+    layer: object
+    batches: list[_Batch]  # in run order: a graph cell's replay order, else the cell's batch alone
+    context_len: int
+
+    @property
+    def own(self) -> _Batch:
+        return next(batch for batch in self.batches if not batch.run.extra)
 
 
 def _compare_steps(label: str, outputs, expected, batch: _Batch) -> dict:
@@ -194,30 +212,29 @@ def import_sglang() -> None:
     import sglang.srt.model_executor.forward_batch_info  # noqa: F401
 
 
-def _replay_all(cell: Cell, mode: SpecMode, backend, layer, batches: list[_Batch], context_len: int,
-                clock: PhaseClock) -> tuple[dict, str, list]:
+def replay_all(prepared: PreparedCell, clock: PhaseClock) -> tuple[dict, list[tuple[str, list]]]:
     """Capture once, replay on every batch in order, each against its reference.
 
-    Returns the comparisons, and the label and outputs of the cell's own batch's replay.
+    Returns the comparisons, and each batch's replay label and outputs, in batch order.
     """
+    cell, mode, batches = prepared.cell, prepared.mode, prepared.batches
     first = batches[0].run.spec
     plan = GraphPlan(backend=cell.backend, capture_bs=cell.capture_bs, capture=RUNNER_FORMS[cell.runner].captures,
-                     topk=first.topk, context_len=context_len, multi_step=mode.backend_role == "draft_multi_step",
-                     tokens_per_request=mode.tokens_per_request(first))
+                     topk=first.topk, context_len=prepared.context_len,
+                     multi_step=mode.backend_role == "draft_multi_step", tokens_per_request=mode.tokens_per_request(first))
     with clock.phase("capture"):
-        graph = CapturedGraph(mode, backend, layer, plan, batches[0].forward_batch, batches[0].inputs)
+        graph = CapturedGraph(mode, prepared.backend, prepared.layer, plan, batches[0].forward_batch, batches[0].inputs)
         graph.capture()
-    comparisons, previous = {}, None
+    comparisons, replays, previous = {}, [], None
     for number, batch in enumerate(batches, start=1):
         label = batch.run.label(number, previous)
         with clock.phase("replay"):
             outputs = graph.replay(batch.forward_batch, batch.inputs, label)
         with clock.phase("compare"):
             comparisons.update(_compare_steps(f"{label} vs reference", outputs, batch.expected, batch))
-        if not batch.run.extra:
-            own_label, own_outputs = label, outputs
+        replays.append((label, outputs))
         previous = batch.run
-    return comparisons, own_label, own_outputs
+    return comparisons, replays
 
 
 def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInputs], layer) -> list:
@@ -234,19 +251,16 @@ def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInpu
     return outputs
 
 
-def run_cell(cell: Cell) -> CellResult:
-    reason = skip_reason(cell)
-    if reason:
-        raise CellSkipped(reason)
-    _crash_drill(cell)
-    clock = PhaseClock()
+@contextlib.contextmanager
+def prepared_cell(cell: Cell, clock: PhaseClock) -> Iterator[PreparedCell]:
+    """The cell's batches on one built backend, inside sglang's server-args state (the forwards
+    must run within it). Raises CellSkipped where sglang's scheduler would not take the cell's path."""
     with clock.phase("imports"):
         import_sglang()
     from sglang.srt.layers.radix_attention import RadixAttention
 
     mode, entry = MODES[cell.case.mode], BACKENDS[cell.backend]
-    graph = RUNNER_FORMS[cell.runner].graph
-    runs = replay_batches(cell) if graph else [cell_batch(cell)]
+    runs = replay_batches(cell) if RUNNER_FORMS[cell.runner].graph else [cell_batch(cell)]
     own = next(run for run in runs if not run.extra)
     in_pools = [own, *(run for run in runs if run.extra)]  # the cell's own requests first
     spec = own.spec
@@ -261,20 +275,28 @@ def run_cell(cell: Cell) -> CellResult:
             for run, state in zip(in_pools, states):
                 steps = mode.steps(run.spec)
                 inputs = draw_inputs(state, steps, scale)
-                prepared[id(run)] = _Batch(run, steps, inputs, mode.forward_batch(state, steps))
-        mine = prepared[id(own)]
-        if graph:
-            comparisons, replay_label, replayed = _replay_all(
-                cell, mode, attn_backend, layer, [prepared[id(run)] for run in runs],
-                states[0].pools.context_len, clock)
-        else:
-            comparisons = {}
+                prepared[id(run)] = _Batch(run, steps, inputs, mode.forward_batch(state, steps), state)
+        yield PreparedCell(cell, mode, attn_backend, layer, [prepared[id(run)] for run in runs],
+                           states[0].pools.context_len)
+
+
+def run_cell(cell: Cell) -> CellResult:
+    reason = skip_reason(cell)
+    if reason:
+        raise CellSkipped(reason)
+    _crash_drill(cell)
+    clock = PhaseClock()
+    graph = RUNNER_FORMS[cell.runner].graph
+    with prepared_cell(cell, clock) as prepared:
+        mine = prepared.own
+        comparisons, replays = replay_all(prepared, clock) if graph else ({}, [])
         with clock.phase("eager"):
-            eager = run_eager(mode, attn_backend, mine.forward_batch, mine.inputs, layer)
+            eager = run_eager(prepared.mode, prepared.backend, mine.forward_batch, mine.inputs, prepared.layer)
     with clock.phase("compare"):
         comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine))
         if graph:
-            shape = (-1, spec.num_heads, spec.head_dim)
-            eager64 = [out.reshape(shape).to(torch.float64) for out in eager]
+            spec = mine.run.spec
+            replay_label, replayed = next(replay for replay, batch in zip(replays, prepared.batches) if batch is mine)
+            eager64 = [out.reshape(-1, spec.num_heads, spec.head_dim).to(torch.float64) for out in eager]
             comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine))
     return CellResult(comparisons, clock.rounded())

@@ -145,6 +145,13 @@ ROWS = [
      "argument --out: {d}/a_file is a file; give a folder", 2),
     ("bench-selects-nothing", "-m harness.bench --warm-only --workers 0 --select zzz_no_such_cell --out {d}/bench",
      "the hand matrix warm run: pytest stopped (no cell selected, exit status 5)", 2),
+    # python -m harness.census_probe
+    ("census-probe-bad-selection", "-m harness.census_probe -k 'fa3 and (' --out {d}/probe",
+     "error: -k 'fa3 and (': ", 2),
+    ("census-probe-selects-nothing", "-m harness.census_probe -k zzz_no_such_cell --out {d}/probe",
+     "error: -k 'zzz_no_such_cell' selects no cell of cases/*.yaml", 2),
+    ("census-probe-shard-not-fraction", "-m harness.census_probe -k fa3 --out {d}/probe --shard 1/x",
+     "error: --shard '1/x': expected i/n, e.g. 1/4", 2),
     # python -m harness.wheelhouse
     ("wheelhouse-no-command", WHEELHOUSE, "the following arguments are required: command", 2),
     ("plan-missing-parts", f"{WHEELHOUSE} stage-plan --parts {{d}}/nope",
