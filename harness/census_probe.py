@@ -68,7 +68,7 @@ from harness.reporting.markdown import markdown_table
 from harness.results import PhaseClock
 from harness.run_cell import CellSkipped, prepared_cell, replay_all, run_eager
 from harness.runners import RUNNER_FORMS
-from harness.warmup import warm_up
+from harness.warmup import plan_warm_up
 
 PREFIX, DRAFT = "prefix", "draft"
 
@@ -468,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for stale in out.glob("cells-*.jsonl"):
         stale.unlink()
-    print(warm_up(selected, args.processes, replay=None).line(), file=sys.stderr)
+    warm_up = plan_warm_up(selected, args.processes, out)
+    warm_up.start(replay=None).join()
+    print(warm_up.line(), file=sys.stderr)
     statuses = _run_shares(["-k", args.selection, "--out", str(out)], args.processes)
     order = {cell.cell_id: index for index, cell in enumerate(selected)}
     lines = (line for part in out.glob("cells-*.jsonl") for line in part.read_text().splitlines())
