@@ -21,9 +21,9 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from harness.backends import BACKENDS
 from harness.case_limits import max_request_len
 from harness.cases import CaseSpec, HostMirrors, KvLayout, PadStyle, spec_problem
+from harness.cell_matrix import combination_skip_reason
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, cell_cost, machine_runs
 from harness.modes import MODES
 from harness.runners import RUNNER_FORMS
@@ -73,9 +73,12 @@ def _prefix_limit(context_len: int) -> st.SearchStrategy[int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _prefix_len(limit: int, page_size: int) -> st.SearchStrategy[int]:
+def _prefix_len(limit: int, page_size: int, least: int = 0) -> st.SearchStrategy[int]:
     """0/1-token prefixes, page boundaries, the limit itself (the context wall when the limit is
-    max_req_len) and just below it, anything up to it."""
+    max_req_len) and just below it, anything up to it; raised to ``least`` where the mode says
+    every request has at least that many committed tokens (SpecMode.min_prefix_len)."""
+    if least:
+        return _prefix_len(limit, page_size).map(lambda prefix: max(prefix, least))
     return st.one_of(
         st.integers(0, min(3, limit)),
         st.builds(lambda page, step: min(max(page * page_size + step, 0), limit),
@@ -106,7 +109,7 @@ def why_not_runnable(mode: str, fields: dict, profile: DrawProfile) -> str | Non
     graph = RUNNER_FORMS[spec.runners[0]].graph
     if graph and spec.bs > decode_capture_sizes(DEFAULT_DECODE_MAX_BS)[-1]:
         return "above the largest capture size sglang runs the batch eagerly"
-    return (BACKENDS[spec.backends[0]].skip_reason(mode, spec)
+    return (combination_skip_reason(mode, spec.backends[0], spec.runners[0], spec)
             or cell_cost(MODES[mode], spec, graph).over(profile))
 
 
@@ -129,7 +132,8 @@ def _shape(draw, mode: str, profile: DrawProfile) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _sizes(windowed: bool, graph: bool, page_size: int, num_steps: int, profile: DrawProfile) -> st.SearchStrategy:
+def _sizes(windowed: bool, graph: bool, page_size: int, num_steps: int, profile: DrawProfile,
+           least_prefix: int = 0) -> st.SearchStrategy:
     """The case's sizes: model dimensions, context, batch, prefixes, window, capture size."""
 
     @st.composite
@@ -140,7 +144,7 @@ def _sizes(windowed: bool, graph: bool, page_size: int, num_steps: int, profile:
         drawn = dict(
             num_kv_heads=kv_heads, num_heads=kv_heads * draw(st.sampled_from(profile.gqa_ratios)),
             head_dim=draw(st.sampled_from(profile.head_dims)), context_len=context_len, bs=bs,
-            prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(context_len)), page_size),
+            prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(context_len)), page_size, least_prefix),
                                       min_size=bs, max_size=bs)),
         )
         if windowed:  # a fixed window per request: the chain's num_steps + 1, or any tree's
@@ -164,11 +168,10 @@ def drawn_cases(draw, profile: DrawProfile) -> DrawnCase:
     within the mode keeps the modes evenly drawn. Hypothesis's shrinker drops the rejected attempts.
     """
     mode = draw(st.sampled_from(tuple(MODES)))
-    windowed = MODES[mode].backend_role != "draft_multi_step"  # draft decode's queries are topk per step
     for _ in range(SHAPE_ATTEMPTS):
         shape = draw(_shape(mode, profile))
-        sizes = _sizes(windowed, RUNNER_FORMS[shape["runners"][0]].graph, shape["page_size"],
-                       shape["num_steps"], profile)
+        sizes = _sizes(MODES[mode].windowed, RUNNER_FORMS[shape["runners"][0]].graph, shape["page_size"],
+                       shape["num_steps"], profile, MODES[mode].min_prefix_len)
         for _ in range(SIZE_ATTEMPTS):
             fields = {**shape, **draw(sizes)}
             if why_not_runnable(mode, fields, profile) is None:

@@ -182,7 +182,7 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
         with clock.phase("backend"):
             runner_obj = model_runner(first, state.pools, server_args, platform.DEVICE,
                                       is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
-            backend = entry.build(mode.backend_role, runner_obj, first)
+            backend = mode.build_backend(entry, runner_obj, first)
         yield states, server_args, backend
 
 
@@ -200,7 +200,9 @@ def _replay_all(cell: Cell, mode: SpecMode, backend, layer, batches: list[_Batch
     Returns the comparisons, and the label and outputs of the cell's own batch's replay.
     """
     first = batches[0].run.spec
-    plan = GraphPlan(backend=cell.backend, capture_bs=cell.capture_bs, capture=RUNNER_FORMS[cell.runner].captures,
+    # The backend's batch has rows_per_request rows per request (frozen-KV MTP repeats each topk times).
+    plan = GraphPlan(backend=cell.backend, capture_bs=cell.capture_bs * mode.rows_per_request(first),
+                     capture=RUNNER_FORMS[cell.runner].captures,
                      topk=first.topk, context_len=context_len, multi_step=mode.backend_role == "draft_multi_step",
                      tokens_per_request=mode.tokens_per_request(first))
     with clock.phase("capture"):
@@ -229,7 +231,8 @@ def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInpu
     outputs = []
     for inputs, (step_backend, view) in zip(step_inputs, mode.step_views(backend, forward_batch)):
         view._attn_output = inputs.poisoned_output()
-        outputs.append(step_backend.forward(inputs.q, inputs.k, inputs.v, layer, view))
+        outputs.append(step_backend.forward(inputs.q, inputs.k, inputs.v, layer, view,
+                                            save_kv_cache=inputs.k is not None))
     return outputs
 
 
@@ -241,7 +244,7 @@ def run_cell(cell: Cell) -> CellResult:
     clock = PhaseClock()
     with clock.phase("imports"):
         _import_sglang()
-    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
 
     mode, entry = MODES[cell.case.mode], BACKENDS[cell.backend]
     graph = RUNNER_FORMS[cell.runner].graph
@@ -254,7 +257,8 @@ def run_cell(cell: Cell) -> CellResult:
         with clock.phase("backend"):
             _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
             scale = spec.head_dim ** -0.5
-            layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0)
+            layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0,
+                                   attn_type=AttentionType[mode.attn_type])
         with clock.phase("inputs_reference"):
             prepared = {}
             for run, state in zip(in_pools, states):
