@@ -14,11 +14,9 @@ same claim for backends.)
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
-from harness import ROOT
+from harness.test_add_a_backend import run_in_child
 
 CHILD = textwrap.dedent("""
     import copy, sys
@@ -88,10 +86,6 @@ LEDGER = """\
 
 
 def test_a_new_mode_entry_reaches_cases_cells_runs_reports_and_known_failures(tmp_path):
-    (tmp_path / "copy.yaml").write_text(CASE.format(mode="dflash_draft_copy"))
-    (tmp_path / "original.yaml").write_text(CASE.format(mode="dflash_draft"))
-    (tmp_path / "KNOWN_FAILURES.md").write_text(LEDGER)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "one mode entry:" in done.stdout
+    files = {"copy.yaml": CASE.format(mode="dflash_draft_copy"), "original.yaml": CASE.format(mode="dflash_draft"),
+             "KNOWN_FAILURES.md": LEDGER}
+    assert "one mode entry:" in run_in_child(CHILD, tmp_path, files, timeout=600)
