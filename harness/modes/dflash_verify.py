@@ -87,10 +87,10 @@ class DFlashVerify(WindowedMode):
         for index, prefix in enumerate(case.prefix_lens):
             reserved = RESERVED_LEN.value(prefix, block, page)
             if reserved > width:
-                return (f"prefix_lens: item {index + 1}: {prefix} + DFlash's reservation of 2 x block = {reserved} slots "
-                        f"(dflash_info_v2.prepare_for_decode), past the {width} columns of sglang's req_to_token row "
-                        f"(context_len + get_req_to_token_extra_context_len); sglang has no guard and would write "
-                        f"the rest into the next request's row; use a shorter prefix")
+                return (f"prefix_lens: item {index + 1}: {prefix} tokens and DFlash's 2 x block reservation take "
+                        f"{reserved} slots (dflash_info_v2.prepare_for_decode), past the {width} columns of "
+                        f"sglang's req_to_token row (context_len + get_req_to_token_extra_context_len); sglang "
+                        f"has no guard and would write the rest into the next request's row; use a shorter prefix")
         return None
 
     def speculative_args(self, spec: CaseSpec) -> dict:
