@@ -117,8 +117,16 @@ def _below_min_capability(entry: BackendEntry, spec: "CaseSpec") -> str | None:
 PLATFORM_RULES = (_needs_missing_gpu, _bf16_under_interpreter, _below_min_capability)
 
 
-def _mode_in(*modes: str) -> Callable[[str, "CaseSpec"], bool]:
-    return lambda mode, spec: mode in modes
+def _mode_is(field: str, *values: str) -> Callable[[str, "CaseSpec"], bool]:
+    """A limit keyed on what a mode is (its forward mode, backend role), not on its name,
+    so a new mode meets the limits of the forward it makes without an edit here."""
+
+    def applies(mode: str, spec: "CaseSpec") -> bool:
+        from harness.modes import MODES
+
+        return getattr(MODES[mode], field) in values
+
+    return applies
 
 
 _HALF_PRECISION = ("float16", "bfloat16")
@@ -202,10 +210,10 @@ BACKENDS: dict[str, BackendEntry] = {
                          "TorchNativeAttnBackend", "TorchNativeAttnBackend"),
             no_graph_reason="init_cuda_graph_state raises NotImplementedError",
             limits=(
-                Limit(_mode_in("draft_decode"),
+                Limit(_mode_is("backend_role", "draft_multi_step"),
                       "EAGLE is not supported in decode attention backend torch_native "
                       "(sglang DraftBackendFactory; no multi-step class)"),
-                Limit(_mode_in("target_verify", "ngram_verify"),
+                Limit(_mode_is("forward_mode", "TARGET_VERIFY"),
                       "TARGET_VERIFY is not supported: forward_extend ignores spec_info.custom_mask "
                       "and reads extend_prefix_lens, which verify batches do not carry"),
             ),

@@ -134,6 +134,7 @@ class CellSizes:
     spec: "CaseSpec"
     row_tokens: int  # all requests' rows together (prefix + the tokens the mode adds), in whole pages
     graph_bs: int  # largest capture size, or 0 when no graph form runs
+    rows_per_request: int  # rows of the backend's batch per request (SpecMode.rows_per_request)
     tokens_per_request: int
     context_len: int
     graph_steps: int  # rows of a multi-step draft's shared kv_indices: one per draft step (1 otherwise)
@@ -147,13 +148,15 @@ BUFFERS = (
            "prefix_lens"),
     Buffer("req_to_token (pool rows x context_len x int32)",
            lambda s: (3 * max(s.spec.bs, s.graph_bs) + 1) * s.context_len * 4, "context_len"),
-    Buffer("the CUDA-graph kv_indices (capture size x tokens per request x context_len x int64, "
+    Buffer("the CUDA-graph kv_indices (capture size x rows x tokens per request x context_len x int64, "
            "per draft step)",
-           lambda s: s.graph_steps * s.graph_bs * s.tokens_per_request * s.context_len * INDEX_BYTES,
+           lambda s: s.graph_steps * s.graph_bs * s.rows_per_request * s.tokens_per_request * s.context_len
+           * INDEX_BYTES,
            "capture_bs"),
-    Buffer("Triton's CUDA-graph attention logits (capture size x tokens per request x num_heads x "
+    Buffer("Triton's CUDA-graph attention logits (capture size x rows x tokens per request x num_heads x "
            f"{TRITON_KV_SPLITS} splits x head_dim x fp32, per step backend)",
-           lambda s: max(s.graph_steps - 1, 1) * s.graph_bs * s.tokens_per_request * s.spec.num_heads
+           lambda s: max(s.graph_steps - 1, 1) * s.graph_bs * s.rows_per_request * s.tokens_per_request
+           * s.spec.num_heads
            * TRITON_KV_SPLITS * s.spec.head_dim * 4, "capture_bs"),
 )
 
@@ -167,7 +170,8 @@ def largest_cell_sizes(mode: "SpecMode", spec: "CaseSpec") -> CellSizes:
     page = spec.page_size
     return CellSizes(
         spec=spec, row_tokens=sum(-(-row // page) * page for row in rows),
-        graph_bs=max(spec.capture_sizes) if graph else 0, tokens_per_request=mode.tokens_per_request(spec),
+        graph_bs=max(spec.capture_sizes) if graph else 0, rows_per_request=mode.rows_per_request(spec),
+        tokens_per_request=mode.tokens_per_request(spec),
         context_len=model_context_len(spec),
         graph_steps=spec.num_steps if mode.backend_role == "draft_multi_step" else 1,
         dtype_bytes=torch.finfo(getattr(torch, spec.dtype)).bits // 8,

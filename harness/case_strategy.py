@@ -22,9 +22,9 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from harness.backends import BACKENDS
 from harness.case_limits import max_request_len
 from harness.cases import CaseSpec, HostMirrors, KvLayout, PadStyle, spec_problem
+from harness.cell_matrix import combination_skip_reason
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, cell_cost, machine_runs
 from harness.modes import MODES
 from harness.runners import RUNNER_FORMS
@@ -108,7 +108,7 @@ def why_not_runnable(mode: str, fields: dict, profile: DrawProfile) -> str | Non
     graph = RUNNER_FORMS[spec.runners[0]].graph
     if graph and spec.bs > decode_capture_sizes(DEFAULT_DECODE_MAX_BS)[-1]:
         return "above the largest capture size sglang runs the batch eagerly"
-    return (BACKENDS[spec.backends[0]].skip_reason(mode, spec)
+    return (combination_skip_reason(mode, spec.backends[0], spec.runners[0], spec)
             or cell_cost(MODES[mode], spec, graph).over(profile))
 
 
@@ -167,10 +167,9 @@ def drawn_cases(draw, profile: DrawProfile) -> DrawnCase:
     within the mode keeps the modes evenly drawn. Hypothesis's shrinker drops the rejected attempts.
     """
     mode = draw(st.sampled_from(tuple(MODES)))
-    windowed = MODES[mode].backend_role != "draft_multi_step"  # draft decode's queries are topk per step
     for _ in range(SHAPE_ATTEMPTS):
         shape = draw(_shape(mode, profile))
-        sizes = _sizes(windowed, MODES[mode].min_prefix_len, RUNNER_FORMS[shape["runners"][0]].graph,
+        sizes = _sizes(MODES[mode].windowed, MODES[mode].min_prefix_len, RUNNER_FORMS[shape["runners"][0]].graph,
                        shape["page_size"], shape["num_steps"], profile)
         for _ in range(SIZE_ATTEMPTS):
             fields = {**shape, **draw(sizes)}

@@ -14,6 +14,7 @@ from _pytest.mark.expression import Expression
 from harness import ROOT
 from harness.backends import BACKENDS
 from harness.cases import CASES_DIR, Case, CaseSpec
+from harness.modes import MODES
 from harness.pools import DRAW_PLACES
 from harness.known_failures import KNOWN_FAILURES_FILE
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
@@ -48,14 +49,20 @@ class Cell:
 def skip_reason(cell: Cell) -> str | None:
     """Why this machine cannot run the cell, known from data alone, or None.
 
-    The runner form's rules (graph support, which machine a form needs) and the backend entry's
-    (platform, installed kernels, dtypes, draft window, declared limits) need nothing built, so
-    collection attaches the reason as a skip mark and such a cell costs nothing when the run
-    reaches it. What only a built backend can answer (sglang's host-mirror decision) stays in
-    run_cell.
+    The runner form's rules (graph support, which machine a form needs), the backend entry's
+    (platform, installed kernels, dtypes, draft window, declared limits) and the mode's worker's
+    (a backend or form the algorithm never runs) need nothing built, so collection attaches the
+    reason as a skip mark and such a cell costs nothing when the run reaches it. What only a
+    built backend can answer (sglang's host-mirror decision) stays in run_cell.
     """
-    entry = BACKENDS[cell.backend]
-    return RUNNER_FORMS[cell.runner].skip_reason(entry) or entry.skip_reason(cell.case.mode, cell.case.spec)
+    return combination_skip_reason(cell.case.mode, cell.backend, cell.runner, cell.case.spec)
+
+
+def combination_skip_reason(mode: str, backend: str, runner: str, spec: CaseSpec) -> str | None:
+    """skip_reason for a (mode, backend, runner form, case) before any cell exists (the generator's draws)."""
+    entry = BACKENDS[backend]
+    return (RUNNER_FORMS[runner].skip_reason(entry) or entry.skip_reason(mode, spec)
+            or MODES[mode].worker_skip_reason(entry, runner, spec))
 
 
 def _graph_cells(case: Case, backend: str, runner: str) -> list[Cell]:

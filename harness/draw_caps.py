@@ -86,11 +86,11 @@ def cell_cost(mode: SpecMode, spec: CaseSpec, graph: bool) -> CellCost:
     """Upper bounds of one cell's memory and work (a graph form also runs the batch eagerly)."""
     row_lens = mode.row_lens(spec)
     sizes = largest_cell_sizes(mode, spec)
-    writes = [row - prefix for row, prefix in zip(row_lens, spec.prefix_lens)]
-    macs = 2 * spec.num_heads * spec.head_dim * sum(w * row for w, row in zip(writes, row_lens))
+    queries = mode.query_tokens(spec)
+    macs = 2 * spec.num_heads * spec.head_dim * sum(w * row for w, row in zip(queries, row_lens))
     # Decode kernels run one program per query; extend kernels one per tile of a request's queries.
-    decode = mode.backend_role == "draft_multi_step"
-    tiles = sum((w if decode else -(-w // KV_TILE)) * -(-row // KV_TILE) for w, row in zip(writes, row_lens))
+    decode = mode.forward_mode == "DECODE"
+    tiles = sum((w if decode else -(-w // KV_TILE)) * -(-row // KV_TILE) for w, row in zip(queries, row_lens))
     return CellCost(pool_bytes=sum(buffer.size(sizes) for buffer in BUFFERS), attention_macs=macs,
                     reference_query_bytes=16 * max(row_lens) * spec.num_heads * spec.head_dim,
                     kernel_tiles=(2 if graph else 1) * spec.num_heads * tiles)

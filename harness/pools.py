@@ -229,8 +229,8 @@ def build_state(spec: CaseSpec, layout: SlotLayout, row_lens: list[int], device:
 @dataclass
 class StepInputs:
     q: torch.Tensor  # [tokens, heads * head_dim] on the device
-    k: torch.Tensor  # [tokens, kv_heads, head_dim]
-    v: torch.Tensor
+    k: torch.Tensor | None  # [tokens, kv_heads, head_dim]; None for a forward that writes no KV
+    v: torch.Tensor | None
     expected: torch.Tensor  # float64 [tokens, heads, head_dim], on the device
 
     def poisoned_output(self) -> torch.Tensor:
@@ -244,7 +244,9 @@ def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> li
     Q is random except in the key-census head (harness/compare.py), where it is 0.
 
     Later draft-decode steps see K/V written by earlier ones, so the harness
-    copy of each row is updated step by step before that step's reference.
+    copy of each row is updated step by step before that step's reference. A forward that
+    writes nothing (frozen-KV MTP's draft reads the target's KV only) gets no K/V: sglang's
+    model hands its backend k = v = None with save_kv_cache=False.
     """
     spec = state.spec
     drawn = []
@@ -252,9 +254,11 @@ def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> li
         tokens = len(step.queries)
         q = state.randn(tokens, spec.num_heads, spec.head_dim)
         q[:, census_heads(spec.num_heads)] = 0
-        k = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
-        v = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
-        state.record_new_kv(step.writes, k, v)
+        k = v = None
+        if step.writes:
+            k = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
+            v = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
+            state.record_new_kv(step.writes, k, v)
         expected = reference_attention(q, step.queries, state.row_k, state.row_v, scale)
         drawn.append(StepInputs(q.reshape(tokens, -1), k, v, expected))
     return drawn

@@ -200,7 +200,7 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
         with clock.phase("backend"):
             runner_obj = model_runner(first, state.pools, server_args, platform.DEVICE,
                                       is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
-            backend = entry.build(mode.backend_role, runner_obj, first)
+            backend = mode.build_backend(entry, runner_obj, first)
         yield states, server_args, backend
 
 
@@ -219,9 +219,11 @@ def replay_all(prepared: PreparedCell, clock: PhaseClock) -> tuple[dict, list[tu
     """
     cell, mode, batches = prepared.cell, prepared.mode, prepared.batches
     first = batches[0].run.spec
-    plan = GraphPlan(backend=cell.backend, capture_bs=cell.capture_bs, capture=RUNNER_FORMS[cell.runner].captures,
-                     topk=first.topk, context_len=prepared.context_len,
-                     multi_step=mode.backend_role == "draft_multi_step", tokens_per_request=mode.tokens_per_request(first))
+    # The backend's batch has rows_per_request rows per request (frozen-KV MTP repeats each topk times).
+    plan = GraphPlan(backend=cell.backend, capture_bs=cell.capture_bs * mode.rows_per_request(first),
+                     capture=RUNNER_FORMS[cell.runner].captures,
+                     topk=first.topk, context_len=prepared.context_len, multi_step=mode.backend_role == "draft_multi_step",
+                     tokens_per_request=mode.tokens_per_request(first))
     with clock.phase("capture"):
         graph = CapturedGraph(mode, prepared.backend, prepared.layer, plan, batches[0].forward_batch, batches[0].inputs)
         graph.capture()
@@ -247,7 +249,8 @@ def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInpu
     outputs = []
     for inputs, (step_backend, view) in zip(step_inputs, mode.step_views(backend, forward_batch)):
         view._attn_output = inputs.poisoned_output()
-        outputs.append(step_backend.forward(inputs.q, inputs.k, inputs.v, layer, view))
+        outputs.append(step_backend.forward(inputs.q, inputs.k, inputs.v, layer, view,
+                                            save_kv_cache=inputs.k is not None))
     return outputs
 
 
@@ -257,7 +260,7 @@ def prepared_cell(cell: Cell, clock: PhaseClock) -> Iterator[PreparedCell]:
     must run within it). Raises CellSkipped where sglang's scheduler would not take the cell's path."""
     with clock.phase("imports"):
         import_sglang()
-    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
 
     mode, entry = MODES[cell.case.mode], BACKENDS[cell.backend]
     runs = replay_batches(cell) if RUNNER_FORMS[cell.runner].graph else [cell_batch(cell)]
@@ -269,7 +272,8 @@ def prepared_cell(cell: Cell, clock: PhaseClock) -> Iterator[PreparedCell]:
         with clock.phase("backend"):
             _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
             scale = spec.head_dim ** -0.5
-            layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0)
+            layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0,
+                                   attn_type=AttentionType[mode.attn_type])
         with clock.phase("inputs_reference"):
             prepared = {}
             for run, state in zip(in_pools, states):

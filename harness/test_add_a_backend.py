@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from harness import ROOT
 
@@ -73,11 +74,18 @@ LEDGER = """\
 """
 
 
-def test_a_new_backend_entry_reaches_cases_cells_reports_and_known_failures(tmp_path):
-    (tmp_path / "target_verify.yaml").write_text(CASE.format(backend="triton_copy"))
-    (tmp_path / "original.yaml").write_text(CASE.format(backend="triton"))
-    (tmp_path / "KNOWN_FAILURES.md").write_text(LEDGER)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+def run_in_child(child: str, folder: Path, files: dict[str, str], timeout: int = 300) -> str:
+    """Write ``files`` into ``folder``, run ``child`` (given the folder) in a fresh interpreter, whose
+    registries nothing has read yet; its stdout. A failing child fails the test with its stderr."""
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    done = subprocess.run([sys.executable, "-c", child, str(folder)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "one entry:" in done.stdout
+    return done.stdout
+
+
+def test_a_new_backend_entry_reaches_cases_cells_reports_and_known_failures(tmp_path):
+    files = {"target_verify.yaml": CASE.format(backend="triton_copy"), "original.yaml": CASE.format(backend="triton"),
+             "KNOWN_FAILURES.md": LEDGER}
+    assert "one entry:" in run_in_child(CHILD, tmp_path, files)

@@ -150,6 +150,11 @@ EXPECTED_ERRORS = {
     "draft_sink_without_window.yaml": ["field 'draft_sink'", "only with a draft_window"],
     "draft_window_too_large.yaml": ["field 'draft_window'", "1,000,000 is over 131,072"],
     "ngram_with_topk.yaml": ["field 'topk'", "topk does not apply, leave it at 1"],
+    "dflash_with_topk.yaml": ["field 'topk'", "DFlash verifies a chain", "leave topk at 1"],
+    "dflash_without_mirrors.yaml": ["field 'host_mirrors'", "'none' is no state it produces"],
+    "dflash_reservation_past_row.yaml": ["field 'prefix_lens'", "take 4122 slots", "past the 4116 columns"],
+    "frozen_draft_with_window.yaml": ["field 'input_lens'", "topk query rows per request; drop input_lens"],
+    "frozen_draft_empty_prefix.yaml": ["field 'prefix_lens'", "at least 1 committed token"],
 }
 
 

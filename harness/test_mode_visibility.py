@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from harness.cases import CaseSpec
-from harness.modes import DRAFT_DECODE, DRAFT_EXTEND_V2, NGRAM_VERIFY, TARGET_VERIFY
-from harness.modes import target_verify
+from harness.modes import (DFLASH_DRAFT, DFLASH_VERIFY, DRAFT_DECODE, DRAFT_EXTEND_V2, FROZEN_KV_MTP_DRAFT,
+                           FROZEN_KV_MTP_VERIFY, NGRAM_VERIFY, TARGET_VERIFY)
+from harness.modes import dflash_verify, target_verify
 
 
 def spec(**fields) -> CaseSpec:
@@ -133,3 +134,48 @@ def test_draft_decode_step_views_take_each_steps_slots():
     assert [name for name, _ in views] == ["step0", "step1"]
     assert views[0][1].out_cache_loc.tolist() == [0, 10, 100, 110]
     assert views[1][1].out_cache_loc.tolist() == [1, 11, 101, 111]
+
+
+def test_dflash_verify_block_is_a_chain_and_rows_hold_the_reservation():
+    """prefix 3, block 3: token j sees the prefix and block tokens 0..j; 2 x block slots reserved."""
+    case = spec(bs=2, prefix_lens=[3, 1], input_lens=3, num_steps=1)
+    (step,) = DFLASH_VERIFY.steps(case)
+    assert visible(step) == [(0, (0, 1, 2, 3)), (0, (0, 1, 2, 3, 4)), (0, (0, 1, 2, 3, 4, 5)),
+                             (1, (0, 1)), (1, (0, 1, 2)), (1, (0, 1, 2, 3))]
+    assert step.writes == [(0, 3), (0, 4), (0, 5), (1, 1), (1, 2), (1, 3)]
+    assert DFLASH_VERIFY.host_lens(case) == [6, 4]  # the host mirror already counts the block
+    assert DFLASH_VERIFY.host_lens(case.model_copy(update=dict(host_mirrors="gpu_only"))) == [9, 7]
+
+
+def test_dflash_draft_sees_the_whole_block():
+    """The draft's layers are ENCODER_ONLY: every block token sees all of the block."""
+    case = spec(prefix_lens=[2], input_lens=3, num_steps=1)
+    (step,) = DFLASH_DRAFT.steps(case)
+    assert visible(step) == [(0, (0, 1, 2, 3, 4))] * 3
+    assert step.writes == [(0, 2), (0, 3), (0, 4)]
+    assert DFLASH_DRAFT.attn_type == "ENCODER_ONLY" and DFLASH_VERIFY.attn_type == "DECODER"
+
+
+@pytest.mark.parametrize("release,page,reserved", [("0.5.17", 16, 13), ("0.5.18", 1, 13),
+                                                   ("0.5.19", 16, 16), ("0.5.23", 1, 13), ("0.5.23", 4, 16)])
+def test_dflash_reservation_per_release(release, page, reserved):
+    """prefix 5, block 4: committed + 2 x block, rounded up to whole pages from 0.5.19."""
+    assert dflash_verify.RESERVED_LEN.at(release)(5, 4, page) == reserved
+
+
+def test_frozen_kv_mtp_draft_rows_read_the_prefix_only():
+    """topk 2, 2 steps: two forwards, each with topk rows a request that see its prefix and write nothing."""
+    case = spec(bs=2, prefix_lens=[3, 1], topk=2, num_steps=2)
+    steps = FROZEN_KV_MTP_DRAFT.steps(case)
+    assert len(steps) == 2
+    for step in steps:
+        assert visible(step) == [(0, (0, 1, 2)), (0, (0, 1, 2)), (1, (0,)), (1, (0,))]
+        assert step.writes == []
+    assert FROZEN_KV_MTP_DRAFT.row_lens(case) == [3, 1]
+    assert FROZEN_KV_MTP_DRAFT.rows_per_request(case) == 2 and FROZEN_KV_MTP_DRAFT.tokens_per_request(case) == 1
+
+
+def test_frozen_kv_mtp_verify_is_eagles_verify():
+    case = spec(prefix_lens=[2], topk=2, input_lens=5, seed=3)
+    assert visible(FROZEN_KV_MTP_VERIFY.steps(case)[0]) == visible(TARGET_VERIFY.steps(case)[0])
+    assert FROZEN_KV_MTP_VERIFY.custom_mask(case).equal(TARGET_VERIFY.custom_mask(case))

@@ -16,6 +16,7 @@ from harness.reference import Query
 if TYPE_CHECKING:
     import torch
 
+    from harness.backends import BackendEntry
     from harness.cases import CaseSpec
 
 
@@ -32,20 +33,52 @@ class SpecMode(Protocol):
     name: str
     backend_role: str  # "target", "draft" or "draft_multi_step": which backend object runs it
     spec_algorithm: str  # sglang's --speculative-algorithm for the worker that runs this forward
+    forward_mode: str  # sglang's ForwardMode the backend sees (backend limits key on it)
+    attn_type: str  # sglang's AttentionType of the layer (ENCODER_ONLY: non-causal, e.g. DFlash's draft)
     takes_draft_window: bool  # draft_window / draft_sink apply (the multi-step draft decode)
+    windowed: bool  # a case gives input_lens (the window each request brings)
     min_prefix_len: int  # the shortest committed prefix production runs this mode on
 
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def speculative_args(self, spec: CaseSpec) -> dict: ...  # --speculative-* server args
+    def worker_skip_reason(self, backend: BackendEntry, runner: str, spec: CaseSpec) -> str | None: ...
+    def build_backend(self, entry: BackendEntry, model_runner, spec: CaseSpec): ...
     def row_lens(self, spec: CaseSpec) -> list[int]: ...
+    def query_tokens(self, spec: CaseSpec) -> list[int]: ...  # query rows per request, all forwards
     def num_draft_tokens(self, spec: CaseSpec) -> int: ...
     def steps(self, spec: CaseSpec) -> list[ForwardStep]: ...
     def forward_batch(self, state, steps: list[ForwardStep]): ...
     def step_views(self, backend, forward_batch) -> list[tuple[object, object]]: ...
     # CUDA-graph forms (harness/runners/cuda_graph.py)
     def tokens_per_request(self, spec: CaseSpec) -> int: ...
+    def rows_per_request(self, spec: CaseSpec) -> int: ...
     def capture_spec_info(self, spec_info, static, tokens_per_request: int): ...
     def replay_spec_info(self, spec_info, static, tokens_per_request: int): ...
+
+
+class ModeDefaults:
+    """The hooks most modes answer alike; a mode overrides what its worker does differently."""
+
+    attn_type = "DECODER"
+    takes_draft_window = False
+    windowed = False
+    min_prefix_len = 0  # only draft decode (and frozen-KV MTP drafts) shown never to run on an empty prefix
+
+    def worker_skip_reason(self, backend: BackendEntry, runner: str, spec: CaseSpec) -> str | None:
+        """Why the algorithm's worker never runs this backend / runner form (production refuses it)."""
+        return None
+
+    def build_backend(self, entry: BackendEntry, model_runner, spec: CaseSpec):
+        """The backend object as the worker builds it: by default the entry's class for the role."""
+        return entry.build(self.backend_role, model_runner, spec)
+
+    def query_tokens(self, spec: CaseSpec) -> list[int]:
+        """Query rows each request brings over all forwards (what a cell computes, for cost caps)."""
+        return [row - prefix for row, prefix in zip(self.row_lens(spec), spec.prefix_lens)]
+
+    def rows_per_request(self, spec: CaseSpec) -> int:
+        """Rows of the backend's batch per request: 1, or topk where the worker repeats each request."""
+        return 1
 
 
 def fixed_window_problem(case: CaseSpec, required: str, rule: str) -> str | None:
@@ -57,13 +90,13 @@ def fixed_window_problem(case: CaseSpec, required: str, rule: str) -> str | None
     return None
 
 
-def eagle_speculative_args(spec: CaseSpec, num_draft_tokens: int) -> dict:
-    """EAGLE's --speculative-* arguments: the case's topk and steps, as the user sets them."""
-    return dict(speculative_algorithm="EAGLE", speculative_eagle_topk=spec.topk,
+def eagle_speculative_args(spec: CaseSpec, num_draft_tokens: int, algorithm: str = "EAGLE") -> dict:
+    """EAGLE's --speculative-* arguments (or an EAGLE-family algorithm's): topk and steps as the user sets them."""
+    return dict(speculative_algorithm=algorithm, speculative_eagle_topk=spec.topk,
                 speculative_num_steps=spec.num_steps, speculative_num_draft_tokens=num_draft_tokens)
 
 
-class WindowedMode:
+class WindowedMode(ModeDefaults):
     """A mode whose requests each carry the same window of new tokens (verify, draft extend).
 
     The window is input_lens[0]: it is the draft-token count, the tokens per request a
@@ -71,10 +104,10 @@ class WindowedMode:
     """
 
     spec_algorithm = "EAGLE"
-    min_prefix_len = 0  # only draft decode has been shown never to run on an empty prefix (issue 25)
+    windowed = True
 
     def speculative_args(self, spec: CaseSpec) -> dict:
-        return eagle_speculative_args(spec, self.num_draft_tokens(spec))
+        return eagle_speculative_args(spec, self.num_draft_tokens(spec), self.spec_algorithm)
 
     def num_draft_tokens(self, spec: CaseSpec) -> int:
         return spec.input_lens[0]

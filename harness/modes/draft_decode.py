@@ -25,16 +25,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.reference import Query, spans_of
-from harness.modes.base import ForwardStep, base_fields, eagle_speculative_args
+from harness.modes.base import ForwardStep, ModeDefaults, base_fields, eagle_speculative_args
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
 
 
-class DraftDecode:
+class DraftDecode(ModeDefaults):
     name = "draft_decode"
     backend_role = "draft_multi_step"
     spec_algorithm = "EAGLE"
+    forward_mode = "DECODE"
     takes_draft_window = True
     min_prefix_len = 1  # the prompt's one token at least: see the module docstring
 

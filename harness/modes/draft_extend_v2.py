@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 class DraftExtendV2(WindowedMode):
     name = "draft_extend_v2"
     backend_role = "draft"
+    forward_mode = "DRAFT_EXTEND_V2"
     takes_draft_window = False
 
     def validate(self, case: CaseSpec) -> str | None:

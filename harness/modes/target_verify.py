@@ -61,6 +61,7 @@ def ancestors_or_self(parents: list[int], node: int) -> list[int]:
 class TargetVerify(WindowedMode):
     name = "target_verify"
     backend_role = "target"
+    forward_mode = "TARGET_VERIFY"
     takes_draft_window = False
 
     def validate(self, case: CaseSpec) -> str | None:
@@ -123,13 +124,17 @@ class TargetVerify(WindowedMode):
                     retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
                     draft_token_num=window)
 
+    def verify_input_class(self):
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+        return EagleVerifyInput
+
     def verify_input(self, state, fields: dict, window: int):
         """The spec_info eagle_worker_v2 hands the target model."""
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-        from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
         spec = state.spec
-        return EagleVerifyInput(
+        return self.verify_input_class()(
             **self.tree_inputs(state, fields, window), retrieve_cum_len=None, spec_steps=spec.num_steps, topk=spec.topk,
             capture_hidden_mode=CaptureHiddenMode.FULL,
             seq_lens_sum=fields["seq_lens_sum"], seq_lens_cpu=fields["seq_lens_cpu"],

@@ -65,8 +65,8 @@ class CapturedGraph:
         guarded = guard_graph_buffers(self.guards, backend, before)
         check_declared(guarded, BACKENDS[plan.backend].graph_buffers.value, plan.backend)
 
-        def zeros_like_rows(t: torch.Tensor) -> torch.Tensor:
-            return torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
+        def zeros_like_rows(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
 
         self.q = [zeros_like_rows(s.q) for s in inputs]
         self.k = [zeros_like_rows(s.k) for s in inputs]
@@ -102,7 +102,8 @@ class CapturedGraph:
         outputs = []
         for i, (step_backend, view) in enumerate(self.mode.step_views(self.backend, self.static)):
             view._attn_output = self.out_buffers[i]
-            outputs.append(step_backend.forward(self.q[i], self.k[i], self.v[i], self.layer, view))
+            outputs.append(step_backend.forward(self.q[i], self.k[i], self.v[i], self.layer, view,
+                                                save_kv_cache=self.k[i] is not None))
         return outputs
 
     def capture(self) -> None:
@@ -133,8 +134,9 @@ class CapturedGraph:
         for i, inputs in enumerate(step_inputs):
             n = inputs.q.shape[0]
             for static_t, real_t in ((self.q[i], inputs.q), (self.k[i], inputs.k), (self.v[i], inputs.v)):
-                static_t.zero_()
-                static_t[:n].copy_(real_t)
+                if static_t is not None:  # a forward that writes no KV hands the backend none
+                    static_t.zero_()
+                    static_t[:n].copy_(real_t)
             self.out_buffers[i].fill_(float("nan"))
         self.backend.init_forward_metadata_out_graph(self.static)
         check_backend(self.backend, f"{label} init_forward_metadata_out_graph (padded to {self.plan.capture_bs})",
