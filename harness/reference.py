@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 # Scores of one chunk of a request's queries ([kv_heads, group, queries, row_len] float64) are
 # kept under this many bytes: a 128k-token row with 64 heads stays within a few hundred MiB.
@@ -53,39 +54,55 @@ def spans_of(*parts: range | int) -> tuple[tuple[int, int], ...]:
     return tuple((start, end) for start, end in merged)
 
 
-def visibility_mask(queries: list[Query], row_len: int, device) -> torch.Tensor:
-    """bool [len(queries), row_len]: True where the query may see the row position."""
-    widest = max(len(q.spans) for q in queries)
-    bounds = torch.zeros(len(queries), widest, 2, dtype=torch.long)
-    for index, query in enumerate(queries):
-        if query.spans:
-            bounds[index, : len(query.spans)] = torch.tensor(query.spans)
-    bounds = bounds.to(device)
+def visibility_mask(queries: list[Query | None], row_len: int, device) -> torch.Tensor:
+    """bool [len(queries), row_len]: True where the query may see the row position (None: a padding
+    row that sees nothing)."""
+    widest = max((len(q.spans) for q in queries if q is not None), default=0) or 1
+    bounds = [[*q.spans, *[(0, 0)] * (widest - len(q.spans))] if q is not None else [(0, 0)] * widest
+              for q in queries]
+    bounds = torch.tensor(bounds, dtype=torch.long).to(device)  # [queries, spans, 2]
     position = torch.arange(row_len, device=device)
     inside = (position >= bounds[..., :1]) & (position < bounds[..., 1:])  # [queries, spans, row]
     return inside.any(dim=1)
 
 
+def _chunks(lengths: dict[int, int], queries_of: dict[int, list[int]], group_bytes) -> list[list[int]]:
+    """Requests grouped for one batched product each: longest rows first, so a group pads little,
+    and each group's padded float64 K/V and scores (``group_bytes(requests, keys, queries)``) kept
+    under SCORE_CHUNK_BYTES; one request alone may exceed it, its queries are then taken in slices."""
+    groups: list[list[int]] = []
+    for request in sorted(lengths, key=lengths.get, reverse=True):
+        if groups:
+            group = groups[-1]
+            widest = max(len(queries_of[r]) for r in (*group, request))
+            if group_bytes(len(group) + 1, lengths[group[0]], widest) <= SCORE_CHUNK_BYTES:
+                group.append(request)
+                continue
+        groups.append([request])
+    return groups
+
+
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,
             scale: float) -> torch.Tensor:
-    """q [n, H, D], k/v [L, Hkv, D] (float64), visible [n, L] -> [n, H, D] float64."""
-    n, num_heads, head_dim = q.shape
-    kv_heads = k.shape[1]
+    """q [R, n, H, D], k/v [R, L, Hkv, D] (float64, NaN where unwritten), visible [R, n, L]
+    -> [R, n, H, D] float64; a query that may see an unwritten key comes out NaN."""
+    requests, n, num_heads, head_dim = q.shape
+    kv_heads = k.shape[2]
     group = num_heads // kv_heads  # GQA: query head h reads kv head h // group
-    unwritten = torch.isnan(k).flatten(1).any(dim=1) | torch.isnan(v).flatten(1).any(dim=1)
-    k = torch.where(unwritten[:, None, None], 0.0, k)
-    v = torch.where(unwritten[:, None, None], 0.0, v)
-    per_query = SCORE_CHUNK_BYTES // max(1, 8 * num_heads * k.shape[0])
-    out = torch.empty(n, num_heads, head_dim, dtype=torch.float64, device=q.device)
-    for start in range(0, n, max(1, per_query)):
-        rows = slice(start, start + max(1, per_query))
-        q_rows = q[rows].reshape(-1, kv_heads, group, head_dim)
-        scores = torch.einsum("nkgd,lkd->kgnl", q_rows, k) * scale
-        scores = scores.masked_fill(~visible[rows], float("-inf"))
+    unwritten = torch.isnan(k).flatten(2).any(dim=2) | torch.isnan(v).flatten(2).any(dim=2)  # [R, L]
+    k = torch.where(unwritten[..., None, None], 0.0, k)
+    v = torch.where(unwritten[..., None, None], 0.0, v)
+    per_slice = max(1, SCORE_CHUNK_BYTES // max(1, 8 * requests * num_heads * k.shape[1]))
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    for start in range(0, n, per_slice):
+        rows = slice(start, start + per_slice)
+        q_rows = q[:, rows].reshape(requests, -1, kv_heads, group, head_dim)
+        scores = torch.einsum("rnkgd,rlkd->rkgnl", q_rows, k) * scale
+        scores = scores.masked_fill(~visible[:, None, None, rows], float("-inf"))
         weights = torch.softmax(scores, dim=-1)
-        chunk = torch.einsum("kgnl,lkd->nkgd", weights, v).reshape(-1, num_heads, head_dim)
-        reads_unwritten = (visible[rows] & unwritten).any(dim=1)
-        out[rows] = torch.where(reads_unwritten[:, None, None], float("nan"), chunk)
+        part = torch.einsum("rkgnl,rlkd->rnkgd", weights, v).reshape(requests, -1, num_heads, head_dim)
+        reads_unwritten = (visible[:, rows] & unwritten[:, None, :]).any(dim=2)  # [R, n]
+        out[:, rows] = torch.where(reads_unwritten[..., None, None], float("nan"), part)
     return out
 
 
@@ -96,18 +113,32 @@ def reference_attention(q: torch.Tensor, queries: list[Query], row_k: list[torch
     q: [num_queries, num_heads, head_dim]; row_k / row_v: per request
     [row_len, num_kv_heads, head_dim] (positions never written may hold NaN:
     a correct visibility never touches them). Returns float64
-    [num_queries, num_heads, head_dim] on that device.
+    [num_queries, num_heads, head_dim] on that device. Requests are computed a group at a time,
+    each group's rows padded to its longest (padding is never visible), so the kernel launches per
+    forward grow with the groups, not with the requests.
     """
     device = row_k[0].device if row_k else q.device
     q64 = q.detach().to(device, torch.float64)
     out = torch.empty(q64.shape, dtype=torch.float64, device=device)
-    by_request: dict[int, list[int]] = {}
+    queries_of: dict[int, list[int]] = {}
     for index, query in enumerate(queries):
-        by_request.setdefault(query.request, []).append(index)
-    for request, indices in by_request.items():
-        rows = torch.tensor(indices, device=device)
-        k, v = row_k[request].to(torch.float64), row_v[request].to(torch.float64)
-        visible = visibility_mask([queries[i] for i in indices], k.shape[0], device)
-        out[rows] = _attend(q64[rows], k, v, visible, scale)
-    return out
+        queries_of.setdefault(query.request, []).append(index)
+    lengths = {request: row_k[request].shape[0] for request in queries_of}
+    _, num_heads, head_dim = q64.shape
+    kv_width = 2 * row_k[0].shape[1] * head_dim if row_k else 0  # K and V values per key
 
+    def group_bytes(requests: int, keys: int, queries: int) -> int:
+        return 8 * requests * keys * (num_heads * queries + kv_width)
+
+    for group in _chunks(lengths, queries_of, group_bytes):
+        widest = max(len(queries_of[r]) for r in group)
+        padded = [[*queries_of[r], *[-1] * (widest - len(queries_of[r]))] for r in group]
+        index = torch.tensor(padded, device=device)  # [R, n]: query rows, -1 for padding
+        real = index >= 0
+        k = pad_sequence([row_k[r] for r in group], batch_first=True).to(torch.float64)
+        v = pad_sequence([row_v[r] for r in group], batch_first=True).to(torch.float64)
+        visible = visibility_mask([queries[i] if i >= 0 else None for row in padded for i in row],
+                                  k.shape[1], device).view(len(group), widest, -1)
+        found = _attend(q64[index.clamp(min=0)], k, v, visible, scale)
+        out[index[real]] = found[real]
+    return out
