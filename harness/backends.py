@@ -40,6 +40,20 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class PartialMerge:
+    """Where a backend attends in parts, stores each part's output in the output dtype and merges
+    them by log-sum-exp, so each part's rounding reaches the output (harness/compare.py HALF_ULP).
+
+    ``split`` says how it parts a query's keys: "prefix|new" (the committed prefix apart from this
+    forward's keys, as sglang's cascade and ragged+paged paths do) or "any" (parts the harness cannot
+    see, e.g. split-KV inside one kernel call, bounded for every split)."""
+
+    applies: Callable[[str, "CaseSpec", bool], bool]  # (mode, spec, graph form)
+    split: str
+    site: str  # the sglang code that merges, for the reader
+
+
+@dataclass(frozen=True)
 class BackendEntry:
     """Everything the harness knows about one backend; nothing about it lives elsewhere."""
 
@@ -52,6 +66,7 @@ class BackendEntry:
     dtype_reason: str = ""  # why the others are refused, in the backend's own words
     triton_kernels: bool = False  # runs Triton kernels, so on CPU under Triton's interpreter
     limits: tuple[Limit, ...] = field(default=())
+    partial_merges: tuple[PartialMerge, ...] = field(default=())  # measured: docs/detectors.md
     min_capability: tuple[int, int] | None = None
     no_graph_reason: str | None = None  # set when it has no CUDA-graph hooks, saying why
     cg_meta_exact: bool = False  # its forwards read only graph buffers, so cg_meta is exact
@@ -78,6 +93,10 @@ class BackendEntry:
                 return f"{self.name}: {limit.reason}"
         return None
 
+
+    def partial_split(self, mode: str, spec: "CaseSpec", graph: bool) -> str | None:
+        """How this backend parts a query's keys into merged partial outputs here, or None."""
+        return next((merge.split for merge in self.partial_merges if merge.applies(mode, spec, graph)), None)
 
     def _draft_window_reason(self, spec: "CaseSpec") -> str | None:
         if not spec.draft_window:
@@ -132,6 +151,43 @@ def _mode_is(field: str, *values: str) -> Callable[[str, "CaseSpec"], bool]:
 _HALF_PRECISION = ("float16", "bfloat16")
 
 
+def _backend_topk(mode: str, spec: "CaseSpec") -> int:
+    """The topk the backend is built with (NGRAM's is its BFS breadth, not the case's topk)."""
+    from harness.modes import MODES
+
+    return MODES[mode].speculative_args(spec).get("speculative_eagle_topk") or 1
+
+
+def _merges_when(forward_mode: str, *, graph: bool | None = None, tree: bool = False):
+    """A PartialMerge predicate: the mode's forward, optionally one runner kind, optionally topk > 1."""
+
+    def applies(mode: str, spec: "CaseSpec", is_graph: bool) -> bool:
+        from harness.modes import MODES
+
+        return (MODES[mode].forward_mode == forward_mode and (graph is None or graph == is_graph)
+                and (not tree or _backend_topk(mode, spec) > 1))
+
+    return applies
+
+
+_FA_MERGES = (
+    PartialMerge(_merges_when("TARGET_VERIFY", tree=True), "prefix|new",
+                 "flashattention_backend.py forward_extend: use_cascade_attn (topk > 1), prefix and expand "
+                 "outputs merged by merge_state_v2_wrapper"),
+    PartialMerge(_merges_when("DECODE", tree=True), "prefix|new",
+                 "flashattention_backend.py forward_decode (topk > 1): prefix and expand outputs merged by "
+                 "merge_state_v2"),
+)
+_FLASHINFER_MERGES = (
+    PartialMerge(_merges_when("DRAFT_EXTEND_V2", graph=False), "prefix|new",
+                 "flashinfer_backend.py forward_extend: ragged (new tokens) and paged (prefix) outputs merged "
+                 "by _safe_merge_state"),
+    PartialMerge(_merges_when("DRAFT_EXTEND_V2", graph=True), "any",
+                 "flashinfer_backend.py forward_extend under a graph: one paged prefill whose split-KV "
+                 "partials are merged inside FlashInfer"),
+)
+
+
 _TRITON_GRAPH_BUFFERS = frozenset({
     "cuda_graph_kv_indices",  # multi-step: one 2-D buffer, a row per step backend
     "cuda_graph_num_kv_splits",  # multi-step: one buffer shared by all step backends
@@ -168,7 +224,7 @@ def _flash_attention(version: int, import_check: str, min_capability: tuple[int,
         build=_build("sglang.srt.layers.attention.flashattention_backend", "FlashAttentionBackend",
                      "FlashAttentionMultiStepBackend", fa_impl_ver=version),
         min_capability=min_capability, dtypes=_HALF_PRECISION, dtype_reason=dtype_reason,
-        graph_buffers=releases.since({"0.5.17": graph_buffers}),
+        graph_buffers=releases.since({"0.5.17": graph_buffers}), partial_merges=_FA_MERGES,
     )
 
 
@@ -190,7 +246,7 @@ BACKENDS: dict[str, BackendEntry] = {
             name="flashinfer", server_arg="flashinfer", needs_gpu=True, import_check="flashinfer",
             build=_build("sglang.srt.layers.attention.flashinfer_backend",
                          "FlashInferAttnBackend", "FlashInferMultiStepDraftBackend"),
-            dtypes=_HALF_PRECISION, draft_window_since="0.5.21",
+            dtypes=_HALF_PRECISION, draft_window_since="0.5.21", partial_merges=_FLASHINFER_MERGES,
             dtype_reason="FlashInfer kernels take fp16/bf16 (fp32 raises KeyError: torch.float32)",
             graph_buffers=releases.since({"0.5.17": frozenset({
                 "cuda_graph_kv_indices",  # multi-step owner: one 2-D buffer, a row per step backend

@@ -24,7 +24,7 @@ import torch
 from harness.case_limits import model_context_len
 from harness.cases import CaseSpec
 from harness.compare import census_heads
-from harness.reference import reference_attention
+from harness.reference import CensusParts, census_parts, reference_attention
 from harness.releases import since
 
 if TYPE_CHECKING:
@@ -232,6 +232,7 @@ class StepInputs:
     k: torch.Tensor | None  # [tokens, kv_heads, head_dim]; None for a forward that writes no KV
     v: torch.Tensor | None
     expected: torch.Tensor  # float64 [tokens, heads, head_dim], on the device
+    census: CensusParts | None  # the key-census head's part magnitudes (None: no census head)
 
     def poisoned_output(self) -> torch.Tensor:
         """Output buffer handed to backends that accept one: NaN until written."""
@@ -260,5 +261,7 @@ def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> li
             v = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
             state.record_new_kv(step.writes, k, v)
         expected = reference_attention(q, step.queries, state.row_k, state.row_v, scale)
-        drawn.append(StepInputs(q.reshape(tokens, -1), k, v, expected))
+        census = (census_parts(step.queries, spec.prefix_lens, state.row_k, state.row_v, spec.num_kv_heads - 1)
+                  if census_heads(spec.num_heads) else None)
+        drawn.append(StepInputs(q.reshape(tokens, -1), k, v, expected, census))
     return drawn

@@ -142,3 +142,44 @@ def reference_attention(q: torch.Tensor, queries: list[Query], row_k: list[torch
         found = _attend(q64[index.clamp(min=0)], k, v, visible, scale)
         out[index[real]] = found[real]
     return out
+
+
+def clipped(query: Query, start: int, end: int) -> Query:
+    """The query's visible positions inside [start, end)."""
+    spans = tuple((max(a, start), min(b, end)) for a, b in query.spans if min(b, end) > max(a, start))
+    return Query(query.request, spans)
+
+
+def _visible_count(query: Query) -> int:
+    return sum(end - start for start, end in query.spans)
+
+
+@dataclass(frozen=True)
+class CensusParts:
+    """What partial-merge rounding in the key-census head is proportional to, per query and element
+    (harness/compare.py HALF_ULP): float64 [queries, head_dim] each."""
+
+    any_split: torch.Tensor  # mean |V| over the visible keys: bounds sum_i w_i |p_i| for any split
+    prefix_new: torch.Tensor  # w_prefix |p_prefix| + w_new |p_new|: the committed prefix apart from the rest
+
+
+def census_parts(queries: list[Query], prefix_lens: list[int], row_k: list[torch.Tensor],
+                 row_v: list[torch.Tensor], kv_head: int) -> CensusParts:
+    """The census head's part magnitudes, from the same float64 attention with q = 0 (uniform
+    weights: plain means over each part)."""
+    k = [row[:, kv_head:kv_head + 1] for row in row_k]
+    v = [row[:, kv_head:kv_head + 1] for row in row_v]
+    device = k[0].device
+    zero = torch.zeros(len(queries), 1, k[0].shape[-1], dtype=torch.float64, device=device)
+
+    def mean_over(subset: list[Query], values) -> torch.Tensor:
+        return reference_attention(zero, subset, k, values, 1.0)[:, 0]
+
+    total = torch.tensor([_visible_count(q) for q in queries], dtype=torch.float64, device=device)
+    magnitude = torch.zeros_like(zero[:, 0])
+    for part in ([clipped(q, 0, prefix_lens[q.request]) for q in queries],
+                 [clipped(q, prefix_lens[q.request], 1 << 62) for q in queries]):
+        share = torch.tensor([_visible_count(q) for q in part], dtype=torch.float64, device=device) / total
+        if bool((share > 0).any()):
+            magnitude += torch.where(share[:, None] > 0, share[:, None] * mean_over(part, v).abs(), 0.0)
+    return CensusParts(any_split=mean_over(queries, [row.abs() for row in v]), prefix_new=magnitude)

@@ -28,7 +28,7 @@ from harness import platform
 from harness.backends import BACKENDS
 from harness.cases import CaseSpec
 from harness.cell_matrix import Cell, ReplayBatch, cell_batch, replay_batches, skip_reason
-from harness.compare import Comparison, compare
+from harness.compare import HALF_ULP, Comparison, compare
 from harness.modes import MODES
 from harness.modes.base import SpecMode
 from harness.invariants import check_backend
@@ -111,16 +111,31 @@ class PreparedCell:
         return next(batch for batch in self.batches if not batch.run.extra)
 
 
-def _compare_steps(label: str, outputs, expected, batch: _Batch) -> dict:
+def census_slack(inputs: StepInputs, splits: tuple[str | None, ...], dtype: str) -> torch.Tensor | None:
+    """The census bound's allowance, per query and element, for the partial merges (harness/compare.py
+    HALF_ULP) of the outputs compared: one split for a comparison with the reference, two for replay
+    against eager (each side's rounding counts)."""
+    parts = [inputs.census.any_split if split == "any" else inputs.census.prefix_new
+             for split in splits if split is not None and inputs.census is not None]
+    return HALF_ULP[dtype] * sum(parts) if parts else None
+
+
+def _partial_split(cell: Cell, graph: bool) -> str | None:
+    return BACKENDS[cell.backend].partial_split(cell.case.mode, cell.case.spec, graph)
+
+
+def _compare_steps(label: str, outputs, expected, batch: _Batch, splits: tuple[str | None, ...]) -> dict:
     """Compare only rows of the batch's own requests (small_real fillers are not asserted)."""
     spec = batch.run.spec
     shape = (-1, spec.num_heads, spec.head_dim)
     found = {}
-    for index, (out, want, step) in enumerate(zip(outputs, expected, batch.steps)):
+    for index, (out, want, step, inputs) in enumerate(zip(outputs, expected, batch.steps, batch.inputs)):
         keep = [q.request < batch.run.real_bs for q in step.queries]
         labels = [lab for lab, kept in zip(step.labels, keep) if kept]
         rows = torch.tensor(keep, device=want.device)
-        found[f"{label} step {index}"] = compare(out.reshape(shape)[rows], want[rows], spec.dtype, labels)
+        slack = census_slack(inputs, splits, spec.dtype)
+        found[f"{label} step {index}"] = compare(out.reshape(shape)[rows], want[rows], spec.dtype, labels,
+                                                 None if slack is None else slack[rows])
     return found
 
 
@@ -233,7 +248,8 @@ def replay_all(prepared: PreparedCell, clock: PhaseClock) -> tuple[dict, list[tu
         with clock.phase("replay"):
             outputs = graph.replay(batch.forward_batch, batch.inputs, label)
         with clock.phase("compare"):
-            comparisons.update(_compare_steps(f"{label} vs reference", outputs, batch.expected, batch))
+            comparisons.update(_compare_steps(f"{label} vs reference", outputs, batch.expected, batch,
+                                              (_partial_split(cell, graph=True),)))
         replays.append((label, outputs))
         previous = batch.run
     return comparisons, replays
@@ -297,10 +313,12 @@ def run_cell(cell: Cell) -> CellResult:
         with clock.phase("eager"):
             eager = run_eager(prepared.mode, prepared.backend, mine.forward_batch, mine.inputs, prepared.layer)
     with clock.phase("compare"):
-        comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine))
+        eager_split = _partial_split(cell, graph=False)
+        comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine, (eager_split,)))
         if graph:
             spec = mine.run.spec
             replay_label, replayed = next(replay for replay, batch in zip(replays, prepared.batches) if batch is mine)
             eager64 = [out.reshape(-1, spec.num_heads, spec.head_dim).to(torch.float64) for out in eager]
-            comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine))
+            comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine,
+                                              (_partial_split(cell, graph=True), eager_split)))
     return CellResult(comparisons, clock.rounded())

@@ -26,15 +26,16 @@ def round_tf32(x: torch.Tensor) -> torch.Tensor:
     return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
 
 
-def flash_like(q, k, v, dtype: torch.dtype, splits: int = 1, partial=torch.float32, tf32=False):
-    """One query's attention as a kernel computes it. q: [H, D]; k/v: [n, Hkv, D] (already dtype)."""
+def flash_like(q, k, v, dtype: torch.dtype, splits: int = 1, partial=torch.float32, tf32=False, parts=None):
+    """One query's attention as a kernel computes it. q: [H, D]; k/v: [n, Hkv, D] (already dtype).
+    ``parts``: the key index sets attended separately (default: ``splits`` equal chunks)."""
     group = HEADS // KV_HEADS
     k32 = k.float().repeat_interleave(group, dim=1)
     v32 = v.float().repeat_interleave(group, dim=1)
     if tf32:
         k32, v32 = round_tf32(k32), round_tf32(v32)
     outs, lses = [], []
-    for chunk in torch.arange(k.shape[0]).chunk(splits):
+    for chunk in parts or torch.arange(k.shape[0]).chunk(splits):
         s = torch.einsum("hd,khd->hk", q.float(), k32[chunk]) * SCALE
         m = s.max(dim=-1, keepdim=True).values
         p = torch.exp(s - m)
