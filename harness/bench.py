@@ -32,10 +32,11 @@ from harness.reporting.outcomes import differences, load_cells, outcomes
 from harness.results import PHASES as CELL_PHASES
 from harness.results import CELLS_DIR, OUTPUT_DIR, RECORDED_DIR, RUN_ID_ENV, SECTION
 
-PHASES = ("start + imports", "warm-up", "collection", "cells", "wind-down")
+PHASES = ("start + imports", "collection", "waiting for warm-up", "cells", "wind-down")
+WARM_UP = "warm-up pass, alongside"  # its whole length, overlapping start-up and collection
 PER_PROCESS = "per process start + imports"  # the median over the processes that ran cells
 COLUMNS = ("run", "workers", "cells", "executed", "wall (s)", "executed cells/s",
-           *(f"{p} (s)" for p in (*PHASES, PER_PROCESS)), "executed s", "skipped s", "load")
+           *(f"{p} (s)" for p in (*PHASES, WARM_UP, PER_PROCESS)), "executed s", "skipped s", "load")
 HAND, GENERATED = "hand matrix", "generated"
 
 
@@ -49,16 +50,19 @@ def commit(tree: Path) -> str:
     return done.stdout.strip() or "unknown"
 
 
-def phase_split(marks: list[dict], launched: float, wall: float, warm_up_s: float) -> dict:
+def phase_split(marks: list[dict], launched: float, wall: float, warm_up: dict) -> dict:
     """The run's wall time cut where its last worker finished each phase (xdist schedules cells
-    only once every worker has collected); the five parts add up to the wall time. The warm-up
-    pass runs in the controller before the workers start, so it is cut out of the first part."""
+    only once every worker has collected); the parts add up to the wall time. The warm-up pass runs
+    alongside the workers' start and collection: only what it adds after collection is its own part,
+    ``waiting for warm-up``; its whole length is given beside the parts."""
     runners = [m for m in marks if m["worker"]] or marks
     configured = max(m.get("configured", launched) for m in runners) - launched
     collected = max(m.get("collected", launched) for m in runners) - launched
     cells_end = max(m.get("last_cell", m.get("collected", launched)) for m in runners) - launched
-    parts = (configured - warm_up_s, warm_up_s, collected - configured, cells_end - collected, wall - cells_end)
+    warmed = max(collected, (warm_up.get("ended_at") or launched) - launched)
+    parts = (configured, collected - configured, warmed - collected, cells_end - warmed, wall - cells_end)
     split = {name: round(part, 1) for name, part in zip(PHASES, parts)}
+    split[WARM_UP] = warm_up.get("seconds") or 0.0
     split[PER_PROCESS] = round(statistics.median(
         m["configured"] - m["started"] for m in runners if "configured" in m), 1)
     return split
@@ -119,7 +123,7 @@ def timed_run(label: str, workers: int, pytest_args: list[str], tree: Path, gpus
             "executed_cells_per_s": round(len(executed) / wall, 3),
             "executed_cell_s": round(sum(c["wall_s"] or 0 for c in executed), 1),
             "skipped_cell_s": round(sum(c["wall_s"] or 0 for c in cells if c["status"] == "skipped"), 1),
-            "split_s": phase_split(marks, launched, wall, warm_up.get("seconds", 0.0)),
+            "split_s": phase_split(marks, launched, wall, warm_up),
             "warm_up": warm_up or None, "cell_phase_s": cell_phases(executed),
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "outcomes": outcomes(cells)}
@@ -179,7 +183,7 @@ def session(args) -> dict:
 def _row(run: dict) -> str:
     split = run["split_s"]
     return (f"| {run['label']} | {run['workers']} | {run['collected']} | {run['executed']} | {run['wall_s']} | "
-            f"**{run['executed_cells_per_s']}** | " + " | ".join(str(split.get(p, "")) for p in PHASES)
+            f"**{run['executed_cells_per_s']}** | " + " | ".join(str(split.get(p, "")) for p in (*PHASES, WARM_UP))
             + f" | {split[PER_PROCESS]} | {run['executed_cell_s']} | "
             f"{run['skipped_cell_s']} | {' '.join(map(str, run['load_before']))} |")
 
@@ -197,7 +201,9 @@ def markdown(sessions: list[dict]) -> str:
              "Executed cells per second (skipped cells excluded) over whole pytest runs. The split cuts the wall "
              "time where the last worker finished each phase: start + imports (controller and workers start, "
              "harness and torch imported, case files read), collection (test module and sglang imported, cells "
-             "built, skips marked), cells (first scheduled to last finished), wind-down (ledger, exit). "
+             "built, skips marked; on a GPU sglang imported here too), waiting for warm-up (what the warm-up pass "
+             "added after collection), cells (first scheduled to last finished), wind-down (ledger, exit); the "
+             "warm-up pass's whole length, which overlaps start-up and collection, is given beside them. "
              "`executed s` / `skipped s` sum the cells' own pytest durations. Load: `uptime`'s 1/5/15-minute "
              "averages when the run started.", ""]
     for found in sessions:

@@ -93,10 +93,11 @@ class WarmUp:
     processes: int
     run_folder: Path
     seconds: float | None = None
+    ended_at: float | None = None  # epoch seconds: the benchmark cuts the wall time there
 
     def as_report(self) -> dict:
         return dict(configurations=self.configurations, compiled=len(self.to_compile), processes=self.processes,
-                    seconds=None if self.seconds is None else round(self.seconds, 1))
+                    seconds=None if self.seconds is None else round(self.seconds, 1), ended_at=self.ended_at)
 
     def line(self) -> str:
         return (f"attn-harness warm-up: {len(self.to_compile)} of {self.configurations} kernel configurations "
@@ -128,7 +129,7 @@ class WarmUp:
                 known = _compiled() | {_ledger_key(kernel_configuration(cell)) for cell in done}
                 ledger.write_text(json.dumps(sorted(known), indent=0) + "\n")
         finally:
-            self.seconds = time.perf_counter() - started
+            self.seconds, self.ended_at = time.perf_counter() - started, time.time()
             (self.run_folder / DONE_FILE).write_text(f"{self.seconds:.1f}\n")
 
     def start(self, replay: str | None) -> threading.Thread:

@@ -1,0 +1,38 @@
+"""The warm-up pass's plan: one cell per kernel configuration, nothing the kept cache already holds,
+and workers that wait only while a pass runs (harness/warmup.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from harness import warmup
+from harness.cases import load_all_cases
+from harness.cell_matrix import expand_cells
+
+
+def test_one_representative_per_kernel_configuration_and_the_ledger_skips_compiled_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    cells = expand_cells(load_all_cases())
+    chosen = warmup.representatives(cells)
+    configurations = {warmup.kernel_configuration(cell) for cell in chosen}
+    assert len(configurations) == len(chosen)  # one cell per configuration
+    runnable = [cell for cell in cells if warmup.skip_reason(cell) is None]
+    assert configurations == {warmup.kernel_configuration(cell) for cell in runnable}  # every one covered
+    plan = warmup.plan_warm_up(cells, processes=64, run_folder=tmp_path)
+    assert plan.to_compile == chosen and plan.processes == min(64, len(chosen))
+    done = chosen[: len(chosen) // 2]
+    ledger = warmup._ledger()
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text(__import__("json").dumps([warmup._ledger_key(warmup.kernel_configuration(c)) for c in done]))
+    assert warmup.plan_warm_up(cells, 4, tmp_path).to_compile == chosen[len(done):]
+
+
+def test_a_worker_waits_only_while_a_pass_runs(tmp_path):
+    started = time.monotonic()
+    warmup.wait_for_warm_up(tmp_path)  # no pass: returns at once
+    assert time.monotonic() - started < 0.1
+    (tmp_path / warmup.STARTED_FILE).write_text("1\n")
+    threading.Timer(0.5, lambda: (tmp_path / warmup.DONE_FILE).write_text("0.5\n")).start()
+    warmup.wait_for_warm_up(tmp_path)
+    assert time.monotonic() - started >= 0.5
