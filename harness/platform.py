@@ -42,9 +42,31 @@ def gpu_count() -> int:
     return max(len(visible_gpus()), 1)
 
 
+# A worker's share of a GPU's memory: a generated cell's pools are capped at 4 GiB
+# (harness/draw_caps.py), plus the float64 reference's chunks (256 MiB), the CUDA context and the
+# backends' workspaces (FlashInfer's 512 MiB).
+GPU_GIB_PER_WORKER = 8
+
+
+def gpu_memory_gib() -> list[int]:
+    """Memory of each visible GPU, from nvidia-smi (no CUDA context in this process)."""
+    import subprocess
+
+    listing = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True).stdout.split()
+    visible = visible_gpus()
+    return [int(listing[int(gpu)]) // 1024 for gpu in visible if gpu.isdigit() and int(gpu) < len(listing)]
+
+
 def default_workers() -> int:
-    """pytest-xdist workers for a run here: one per GPU on a GPU host, else one per core."""
-    return gpu_count() if HAS_GPU else os.cpu_count() or 1
+    """pytest-xdist workers for a run here: on a GPU host as many as its cores and its GPUs' memory
+    allow (GPU_GIB_PER_WORKER each), several cells at once on each GPU (measured: reports/gpu/BENCH.md);
+    else one per core."""
+    cores = os.cpu_count() or 1
+    if not HAS_GPU:
+        return cores
+    by_memory = sum(gib // GPU_GIB_PER_WORKER for gib in gpu_memory_gib()) or gpu_count()
+    return max(1, min(cores, by_memory))
 
 
 def installed_version(dist: str) -> str | None:
