@@ -34,7 +34,9 @@ class SpecMode(Protocol):
     spec_algorithm: str  # sglang's --speculative-algorithm for the worker that runs this forward
     takes_draft_window: bool  # draft_window / draft_sink apply (the multi-step draft decode)
     min_prefix_len: int  # the shortest committed prefix production runs this mode on
+    most_committed_why: str  # why one step commits at most most_committed tokens (for error lines)
 
+    def most_committed(self, num_steps: int, window: int | None) -> int: ...  # see case_limits.max_committed_prefix
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def speculative_args(self, spec: CaseSpec) -> dict: ...  # --speculative-* server args
     def row_lens(self, spec: CaseSpec) -> list[int]: ...
@@ -57,6 +59,16 @@ def fixed_window_problem(case: CaseSpec, required: str, rule: str) -> str | None
     return None
 
 
+EAGLE_MOST_COMMITTED_WHY = ("an EAGLE verify commits the root and the accepted drafts of one path, "
+                            "min(num_steps + 1, draft tokens)")
+
+
+def eagle_most_committed(num_steps: int, window: int | None) -> int:
+    """The most tokens one EAGLE step commits (eagle_sample's accept_lens: correct drafts + 1): a
+    path through the tree is at most num_steps drafts deep, and no longer than the window."""
+    return min(num_steps + 1, window or num_steps + 1)
+
+
 def eagle_speculative_args(spec: CaseSpec, num_draft_tokens: int) -> dict:
     """EAGLE's --speculative-* arguments: the case's topk and steps, as the user sets them."""
     return dict(speculative_algorithm="EAGLE", speculative_eagle_topk=spec.topk,
@@ -72,6 +84,10 @@ class WindowedMode:
 
     spec_algorithm = "EAGLE"
     min_prefix_len = 0  # only draft decode has been shown never to run on an empty prefix (issue 25)
+    most_committed_why = EAGLE_MOST_COMMITTED_WHY
+
+    def most_committed(self, num_steps: int, window: int | None) -> int:
+        return eagle_most_committed(num_steps, window)
 
     def speculative_args(self, spec: CaseSpec) -> dict:
         return eagle_speculative_args(spec, self.num_draft_tokens(spec))
