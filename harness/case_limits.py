@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from harness.releases import since
 from harness.runners import GRAPH_RUNNER_NAMES
 
 if TYPE_CHECKING:
@@ -38,43 +39,50 @@ def max_request_len(context_len: int) -> int:
 # its "FIXME(lsyin): temporary fix for the context length issue under spec decoding").
 ROW_SPARE = 4
 
+# How far below max_req_len a request's committed length is when it starts the step in flight as
+# the scheduler builds the next batch (see max_committed_prefix): 0.5.17-0.5.21 build it from every
+# unfinished request; from 0.5.22 Scheduler._reqs_finishing_inflight leaves out those whose next
+# token finishes them by length.
+IN_FLIGHT_BELOW_MAX_REQ_LEN = since({"0.5.17": 3, "0.5.22": 4})
 
-def max_committed_prefix(context_len: int, most_committed: int) -> int:
+
+def max_committed_prefix(context_len: int, most_committed: int, release: str | None = None) -> int:
     """The longest committed prefix a request has when a speculative step (draft, verify, draft
     extend) runs on it, for a model of ``context_len`` and steps committing at most ``most_committed``
-    tokens (SpecMode.most_committed); every mode's forward is built on that committed length.
+    tokens (SpecMode.most_committed), under the installed sglang (or ``release``'s rules); every
+    mode's forward is built on that committed length.
 
-    From sglang 0.5.23's source (0.5.17 on alike), with M = max_new_tokens and n the output tokens
-    the scheduler has processed:
-    - scheduler.init_req_max_new_tokens clamps M to max_req_len - len(prompt) - 1;
-    - a request that has n output tokens has n - 1 of them in its KV (the last one is the next
-      step's root: eagle_worker_v2 "batch.seq_lens = length BEFORE this iter's tokens"), so its
-      committed length is len(prompt) + n - 1;
-    - Req.update_finish_state finishes it once n >= M; without overlap it runs no step after that,
-      so it runs at most at n = M - 1: committed <= max_req_len - 3;
-    - with overlap (the default event_loop_overlap) the step in flight is not processed when the
-      next batch is built: Scheduler._reqs_finishing_inflight drops only requests whose next token
-      finishes them (Req.next_output_finishes_by_length: n + 1 >= M), so a request with n = M - 2
-      runs one more step after a step that committed up to ``most_committed`` tokens beyond its
-      limit (the lag that get_alloc_reserve_per_decode's double buffer absorbs):
-      committed <= max_req_len - 4 + most_committed.
-    The second bound is the larger for every step size. It is capped at context_len + ROW_SPARE,
+    From sglang's source, with M = max_new_tokens and n the output tokens the scheduler has processed:
+    - Scheduler.init_req_max_new_tokens clamps M to max_req_len - len(prompt) - 1;
+    - a request with n output tokens has n - 1 of them in its KV (the last one is the next step's
+      root: eagle_worker_v2 "batch.seq_lens = length BEFORE this iter's tokens"), so its committed
+      length is len(prompt) + n - 1;
+    - Req.update_finish_state finishes it once n >= M. Without overlap no step runs after that, so
+      a step runs on at most n = M - 1: committed <= max_req_len - 3;
+    - with overlap (the default: event_loop_overlap) the step in flight is not processed when the
+      next batch is built, so a request runs one more step after one that committed up to
+      ``most_committed`` tokens (the lag get_alloc_reserve_per_decode's double buffer absorbs).
+      0.5.17-0.5.21 keep every request not yet finished (n <= M - 1); 0.5.22+ drop those whose
+      next token finishes them (Req.next_output_finishes_by_length: n + 1 >= M), keeping n <= M - 2:
+      committed <= max_req_len - IN_FLIGHT_BELOW_MAX_REQ_LEN + most_committed.
+    The overlap bound is the larger for every step size. It is capped at context_len + ROW_SPARE,
     where a step's window still fits every row sglang sizes: with steps of 10 or more tokens at
     page size 1, eagle_prepare_for_decode's reserve (committed + 2 x the step's allocation) would
     reach past the row itself, a different hazard the harness's pools (sglang's) cannot hold.
     """
-    return min(max_request_len(context_len) - 4 + most_committed, context_len + ROW_SPARE)
+    below = IN_FLIGHT_BELOW_MAX_REQ_LEN.at(release) if release else IN_FLIGHT_BELOW_MAX_REQ_LEN.value
+    return min(max_request_len(context_len) - below + most_committed, context_len + ROW_SPARE)
 
 
 def model_context_len(spec: "CaseSpec") -> int:
     """The model's context length: the case's, or the default doubled until the longest prefix is
-    committed in every speculative configuration (steps of one token; max_req_len - 3, the wall
-    without overlap too).
+    committed in every speculative configuration (context_len - 4, the wall without overlap, never
+    above the wall of steps of one token).
 
     Never derived to just fit the case: backends size their buffers from it as they do in production.
     """
     context_len = spec.context_len or DEFAULT_MODEL_CONTEXT_LEN
-    while not spec.context_len and max_committed_prefix(context_len, 1) < max(spec.prefix_lens):
+    while not spec.context_len and max_request_len(context_len) - 3 < max(spec.prefix_lens):
         context_len *= 2
     return context_len
 
@@ -227,12 +235,13 @@ def _past_the_wall(mode: "SpecMode", spec: "CaseSpec") -> str | None:
     index, longest = max(enumerate(spec.prefix_lens, start=1), key=lambda item: item[1])
     if longest <= wall:
         return None
+    below = IN_FLIGHT_BELOW_MAX_REQ_LEN.value
     return (f"item {index} is {longest}, a committed length production never reaches with context_len "
-            f"{spec.context_len}: a speculative step runs on at most max_req_len - 4 + {most} = {wall} committed "
-            f"tokens (max_req_len = context_len - 1; max_new_tokens <= max_req_len - prompt - 1; under overlap a "
-            f"request whose next token does not finish it runs one more step, after one that committed at most "
-            f"{most} tokens: {mode.most_committed_why}), and no more than context_len + {ROW_SPARE}; "
-            f"give prefixes <= {wall}, or a larger context_len")
+            f"{spec.context_len}: a speculative step runs on at most max_req_len - {below} + {most} = {wall} "
+            f"committed tokens (max_req_len = context_len - 1; max_new_tokens <= max_req_len - prompt - 1; under "
+            f"overlap a request runs one more step from max_req_len - {below} committed, after one that "
+            f"committed at most {most} tokens: {mode.most_committed_why}), and no more than context_len + "
+            f"{ROW_SPARE}; give prefixes <= {wall}, or a larger context_len")
 
 
 def _gib(size: int) -> str:

@@ -58,44 +58,38 @@ def test_estimate_matches_what_a_cell_allocates(mode_name):
         assert 0.85 <= estimate / sum(allocated.values()) <= 1.15, (mode_name, estimate, sum(allocated.values()))
 
 
-def _longest_committed_at_a_step(context_len: int, most: int, overlap: bool) -> int:
+def _longest_committed_at_a_step(context_len: int, most: int, overlap: bool, skips_finishing: bool) -> int:
     """Brute force over prompts, max_new_tokens and accept runs of sglang's scheduling rules as
     case_limits.max_committed_prefix states them: the committed length of every step a request runs."""
     max_req_len, longest = context_len - 1, 0
     for prompt in range(1, 6):
-        limit = max_req_len - prompt - 1  # init_req_max_new_tokens's clamp of max_new_tokens
+        limit = max_req_len - prompt - 1  # Scheduler.init_req_max_new_tokens's clamp of max_new_tokens
         for accepts in itertools.product(range(1, most + 1), repeat=4):  # tokens each step commits
-            processed, committed, queued = 1, prompt, None  # prefill: one output token, prompt in the KV
-            steps = iter(itertools.cycle(accepts))
-            while True:
-                if overlap and queued is not None:  # the step in flight is processed after the next is built
-                    if processed + 1 >= limit:  # _reqs_finishing_inflight
-                        break
-                elif processed >= limit:  # update_finish_state
-                    break
-                longest = max(longest, committed)
+            processed, committed, in_flight = 1, prompt, None  # after prefill: one output, the prompt in the KV
+            steps = itertools.cycle(accepts)
+            while processed < limit and not (in_flight and skips_finishing and processed + 1 >= limit):
+                longest = max(longest, committed)  # a step runs on this committed length
                 accepted = next(steps)
                 committed += accepted
-                if overlap:
-                    processed += queued or 0
-                    queued = accepted
+                if overlap:  # the step before this one is processed once this one is launched
+                    processed, in_flight = processed + (in_flight or 0), accepted
                 else:
                     processed += accepted
-                if overlap and processed >= limit:
-                    break
     return longest
 
 
+@pytest.mark.parametrize("release, skips_finishing", [("0.5.17", False), ("0.5.22", True)])
 @pytest.mark.parametrize("most", [1, 2, 3, 4, 8])
-def test_context_wall_is_the_longest_committed_length_a_step_runs_on(most):
+def test_context_wall_is_the_longest_committed_length_a_step_runs_on(most, release, skips_finishing):
     context_len = 64
-    longest = max(_longest_committed_at_a_step(context_len, most, overlap) for overlap in (False, True))
-    assert max_committed_prefix(context_len, most) == longest
-    assert _longest_committed_at_a_step(context_len, most, overlap=False) == context_len - 4
+    longest = max(_longest_committed_at_a_step(context_len, most, overlap, skips_finishing) for overlap in (0, 1))
+    assert max_committed_prefix(context_len, most, release) == longest
+    assert _longest_committed_at_a_step(context_len, most, False, skips_finishing) == context_len - 4
 
 
 def test_context_wall_for_the_usual_step_sizes():
-    assert max_committed_prefix(4096, 4) == 4095  # EAGLE topk 1, 3 steps: context_len - 1
-    assert max_committed_prefix(4096, 8) == 4099  # 7 steps: past the context
-    assert max_committed_prefix(4096, 3) == 4094  # a tree 2 drafts deep
-    assert max_committed_prefix(4096, 40) == 4096 + ROW_SPARE  # no further than sglang's row holds
+    assert max_committed_prefix(4096, 4, "0.5.23") == 4095  # EAGLE topk 1, 3 steps: context_len - 1
+    assert max_committed_prefix(4096, 8, "0.5.23") == 4099  # 7 steps: past the context
+    assert max_committed_prefix(4096, 3, "0.5.23") == 4094  # a tree 2 drafts deep
+    assert max_committed_prefix(4096, 3, "0.5.17") == 4095  # before 0.5.22 a finishing request ran one more step
+    assert max_committed_prefix(4096, 40, "0.5.23") == 4096 + ROW_SPARE  # no further than sglang's row holds
