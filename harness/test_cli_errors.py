@@ -180,6 +180,8 @@ ROWS = [
     ("pytest-shard-not-fraction", f"{PYTEST} --shard 1/x", "ERROR: --shard '1/x': expected i/n, e.g. 1/4", 4),
     ("pytest-cases-dir-missing", f"{PYTEST} --cases-dir {{d}}/nope", "ERROR: {d}/nope: not a folder", 4),
     ("pytest-unknown-replay", f"{PYTEST} --replay nope", "ERROR: unknown replay 'nope'; known:", 4),
+    ("pytest-unknown-fix", f"{PYTEST} --apply-fix nope",
+     "ERROR: --apply-fix 'nope': no such fix; known fixes: fa-kv-past-context", 4),
     ("pytest-known-failures-missing", f"{PYTEST} --known-failures {{d}}/nope.md",
      "ERROR: {d}/nope.md: No such file or directory", 4),
     ("pytest-unknown-sanitizer", f"{PYTEST} --sanitize bogus",

@@ -202,7 +202,7 @@ def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path):
                    if g.case.spec.bs >= 4 and g.case.spec.host_mirrors != "full")
     executor = FakeExecutor()
     first = executor.run(failing.draw.drawn)
-    shrunk = shrink(failing, first, profile, 0, "some-bug", tmp_path / "reproducers", 60, executor)
+    shrunk = shrink(failing, first, profile, 0, ["--replay", "some-bug"], tmp_path / "reproducers", 60, executor)
     (case,) = load_case_file(shrunk.case_file)
     assert (case.spec.bs, case.spec.host_mirrors) == (2, "gpu_only")  # what the failure needs, no more
     assert max(case.spec.prefix_lens) <= 3 and (case.spec.num_heads, case.spec.head_dim) == (1, 64)
@@ -215,10 +215,10 @@ def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path):
 
 def test_a_candidate_that_kills_or_stalls_the_worker_is_crashed_or_timed_out():
     drawn = generated_tier(PROFILES["cpu"], 0, 1)[0].draw.drawn
-    crashing = CellExecutor(None, timeout_s=30)
+    crashing = CellExecutor([], timeout_s=30)
     crashing.command = [sys.executable, "-c", "import os, sys; sys.stdin.readline(); os._exit(11)"]
     assert crashing.run(drawn)["failure"] == CRASHED
-    stalling = CellExecutor(None, timeout_s=1)
+    stalling = CellExecutor([], timeout_s=1)
     stalling.command = [sys.executable, "-c", "import sys, time; sys.stdin.readline(); time.sleep(60)"]
     assert stalling.run(drawn)["failure"] == TIMED_OUT
     assert stalling.process is None
