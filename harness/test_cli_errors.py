@@ -133,6 +133,7 @@ ROWS = [
      "pytest stopped (usage error, exit status 4); no reports written", 4),
     # python -m harness.replay, python -m harness.bench
     ("replay-unknown-bug", "-m harness.replay --bug nope", "argument --bug: invalid choice: 'nope'", 2),
+    ("replay-unknown-fix", "-m harness.replay --fix nope", "argument --fix: invalid choice: 'nope'", 2),
     ("replay-workers-not-number", "-m harness.replay -n abc", "argument -n/--workers: 'abc'", 2),
     ("replay-out-in-missing-folder", "-m harness.replay --out {d}/missing/out",
      "argument --out: folder {d}/missing does not exist", 2),
