@@ -301,56 +301,56 @@ REPLAY, FIX = "replay", "fix"
 
 
 @dataclass(frozen=True)
-class SeedBug:
+class Patch:
     """One patch: a seed-bug replay (kind REPLAY) or a fix (kind FIX)."""
 
-    bug_id: str
+    patch_id: str
     upstream: str
     summary: str
-    inject: Callable[[], None]
+    apply: Callable[[], None]
     cells: str  # pytest -k expression: the cells a replay must fail, or a fix must turn green
     kind: str = REPLAY
     source: tuple[SourcePatch, ...] = ()  # a patch written as data (checkable without importing sglang)
 
 
-PATCHES = {patch.bug_id: patch for patch in (
-    SeedBug("pr27338-topk-free-width", "sglang#27338",
-            "draft-decode CUDA-graph kv_indices sized max_bs x max_context_len, no topk factor",
-            _topk_free_width, "draft_decode and topk4"),
-    SeedBug("pr26651-seq-lens", "sglang#26651",
-            "DRAFT_EXTEND_V2 graph kv_indptr/kv_indices from seq_lens instead of seq_lens - extend",
-            _draft_extend_from_seq_lens, "draft_extend_v2 and (cg_meta or cuda_graph)"),
-    SeedBug("pr26651-no-clamp", "sglang#26651",
-            "DRAFT_EXTEND_V2 graph kv lengths not clamped at 0: padded rows go negative",
-            _draft_extend_unclamped, "draft_extend_v2 and (cg_meta or cuda_graph)"),
-    SeedBug("pr26738-gpu-only-none", "sglang#26738",
-            "Triton metadata without None fallbacks for seq_lens_sum / extend_*_cpu on the GPU-only path",
-            _no_gpu_only_fallbacks, "(gpu-only or no-mirrors) and triton"),
-    SeedBug("pr26753-stale-seq-lens-sum", "sglang#26753",
-            "seq_lens_sum not advanced after an ngram verify: next verify sizes kv_indices from a stale sum",
-            _stale_seq_lens_sum, "target_verify and eager"),
-    SeedBug("pr26128-needs-cpu-seq-lens", "sglang#26128",
-            "needs_cpu_seq_lens decision: undeclared backends treated as opting out, missing slots not skipped",
-            _undeclared_backend_trusted, "gpu-only or host_mirror_contract"),
-    SeedBug("fa-kv-past-context", "reports/gpu/findings/fa-draft-extend-past-context",
-            "FlashAttentionBackend (FA3, FA4) bounds a request's KV length by the req_to_token row width, "
-            "not max_context_len: eager page table, CUDA-graph page tables and replay fallbacks",
-            _apply_all(FA_KV_PAST_CONTEXT), "past-context-wall and (fa3 or fa4)", kind=FIX, source=FA_KV_PAST_CONTEXT),
+PATCHES = {patch.patch_id: patch for patch in (
+    Patch("pr27338-topk-free-width", "sglang#27338",
+          "draft-decode CUDA-graph kv_indices sized max_bs x max_context_len, no topk factor",
+          _topk_free_width, "draft_decode and topk4"),
+    Patch("pr26651-seq-lens", "sglang#26651",
+          "DRAFT_EXTEND_V2 graph kv_indptr/kv_indices from seq_lens instead of seq_lens - extend",
+          _draft_extend_from_seq_lens, "draft_extend_v2 and (cg_meta or cuda_graph)"),
+    Patch("pr26651-no-clamp", "sglang#26651",
+          "DRAFT_EXTEND_V2 graph kv lengths not clamped at 0: padded rows go negative",
+          _draft_extend_unclamped, "draft_extend_v2 and (cg_meta or cuda_graph)"),
+    Patch("pr26738-gpu-only-none", "sglang#26738",
+          "Triton metadata without None fallbacks for seq_lens_sum / extend_*_cpu on the GPU-only path",
+          _no_gpu_only_fallbacks, "(gpu-only or no-mirrors) and triton"),
+    Patch("pr26753-stale-seq-lens-sum", "sglang#26753",
+          "seq_lens_sum not advanced after an ngram verify: next verify sizes kv_indices from a stale sum",
+          _stale_seq_lens_sum, "target_verify and eager"),
+    Patch("pr26128-needs-cpu-seq-lens", "sglang#26128",
+          "needs_cpu_seq_lens decision: undeclared backends treated as opting out, missing slots not skipped",
+          _undeclared_backend_trusted, "gpu-only or host_mirror_contract"),
+    Patch("fa-kv-past-context", "reports/gpu/findings/fa-draft-extend-past-context",
+          "FlashAttentionBackend (FA3, FA4) bounds a request's KV length by the req_to_token row width, "
+          "not max_context_len: eager page table, CUDA-graph page tables and replay fallbacks",
+          _apply_all(FA_KV_PAST_CONTEXT), "past-context-wall and (fa3 or fa4)", kind=FIX, source=FA_KV_PAST_CONTEXT),
 )}
-SEED_BUGS = {bug_id: patch for bug_id, patch in PATCHES.items() if patch.kind == REPLAY}
+SEED_BUGS = {patch_id: patch for patch_id, patch in PATCHES.items() if patch.kind == REPLAY}
 FIXES = {fix_id: patch for fix_id, patch in PATCHES.items() if patch.kind == FIX}
 
 
-def inject(bug_id: str) -> SeedBug:
+def inject(bug_id: str) -> Patch:
     try:
         bug = SEED_BUGS[bug_id]
     except KeyError:
         raise ReplayError(f"unknown replay {bug_id!r}; known: {', '.join(SEED_BUGS)}") from None
-    bug.inject()
+    bug.apply()
     return bug
 
 
-def apply_fix(fix_id: str) -> SeedBug:
+def apply_fix(fix_id: str) -> Patch:
     """Patch the installed sglang toward fix ``fix_id``; a backend module this machine cannot import
     (FA3/FA4 without their kernels, on CPU) has nothing to patch, and its cells skip anyway."""
     try:
@@ -359,9 +359,9 @@ def apply_fix(fix_id: str) -> SeedBug:
         raise ReplayError(f"--apply-fix {fix_id!r}: no such fix; known fixes: {', '.join(FIXES)} "
                           "(harness/seed_bugs.py FIXES)") from None
     try:
-        fix.inject()
+        fix.apply()
     except ImportError as error:
-        if not all(_kernels_missing(patch.module, error) for patch in fix.source):
+        if not _kernels_missing(error):
             raise
     return fix
 
@@ -374,7 +374,7 @@ def apply_requested(replay: str | None, fix: str | None) -> None:
         apply_fix(fix)
 
 
-def _kernels_missing(module: str, error: ImportError) -> bool:
+def _kernels_missing(error: ImportError) -> bool:
     """The patched module cannot be imported on this machine because a kernel package is absent."""
     return error.name is not None and error.name.split(".")[0] in {"sgl_kernel", "cutlass", "flashinfer"}
 
@@ -382,18 +382,20 @@ def _kernels_missing(module: str, error: ImportError) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """python -m harness.seed_bugs diff FIX [--site-packages DIR]: the fix as a unified diff against
     the installed sglang (or the one under DIR), with sglang's repository paths."""
-    import argparse
+    import importlib.util
 
-    import sglang
+    from harness import cli
 
-    parser = argparse.ArgumentParser(prog="python -m harness.seed_bugs", description=main.__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m harness.seed_bugs", description=main.__doc__.splitlines()[0])
     parser.add_argument("command", choices=["diff"])
     parser.add_argument("fix", choices=sorted(FIXES))
-    parser.add_argument("--site-packages", type=Path, default=Path(sglang.__file__).parent.parent)
+    parser.add_argument("--site-packages", type=Path, default=None,
+                        help="the folder holding an sglang package (default: the installed one's)")
     args = parser.parse_args(argv)
+    site_packages = args.site_packages or Path(importlib.util.find_spec("sglang").origin).parent.parent
     try:
-        sys.stdout.write(unified_diff(FIXES[args.fix].source, args.site_packages))
-    except ReplayError as error:
+        sys.stdout.write(unified_diff(FIXES[args.fix].source, site_packages))
+    except (ReplayError, OSError) as error:
         print(error, file=sys.stderr)
         return 1
     return 0
