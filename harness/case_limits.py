@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from harness.releases import since
 from harness.runners import GRAPH_RUNNER_NAMES
 
 if TYPE_CHECKING:
@@ -28,17 +29,60 @@ DEFAULT_MODEL_CONTEXT_LEN = 4096
 
 
 def max_request_len(context_len: int) -> int:
-    """The longest committed prefix a request reaches: sglang's max_req_len (tp_worker: context_len - 1)."""
+    """sglang's max_req_len for a model of this context (tp_worker: context_len - 1, less when the KV
+    pool is smaller): a request's prompt plus its output stays below it."""
     return context_len - 1
 
 
+# Tokens of a req_to_token row past the context that hold no draft token: sglang sizes every row
+# context_len + 4 + num_draft_tokens, or more (allocation_sizing.get_req_to_token_extra_context_len,
+# its "FIXME(lsyin): temporary fix for the context length issue under spec decoding").
+ROW_SPARE = 4
+
+# How far below max_req_len a request's committed length is when it starts the step in flight as
+# the scheduler builds the next batch (see max_committed_prefix): 0.5.17-0.5.21 build it from every
+# unfinished request; from 0.5.22 Scheduler._reqs_finishing_inflight leaves out those whose next
+# token finishes them by length.
+IN_FLIGHT_BELOW_MAX_REQ_LEN = since({"0.5.17": 3, "0.5.22": 4})
+
+
+def max_committed_prefix(context_len: int, most_committed: int, release: str | None = None) -> int:
+    """The longest committed prefix a request has when a speculative step (draft, verify, draft
+    extend) runs on it, for a model of ``context_len`` and steps committing at most ``most_committed``
+    tokens (SpecMode.most_committed), under the installed sglang (or ``release``'s rules); every
+    mode's forward is built on that committed length.
+
+    From sglang's source, with M = max_new_tokens and n the output tokens the scheduler has processed:
+    - Scheduler.init_req_max_new_tokens clamps M to max_req_len - len(prompt) - 1;
+    - a request with n output tokens has n - 1 of them in its KV (the last one is the next step's
+      root: eagle_worker_v2 "batch.seq_lens = length BEFORE this iter's tokens"), so its committed
+      length is len(prompt) + n - 1;
+    - Req.update_finish_state finishes it once n >= M. Without overlap no step runs after that, so
+      a step runs on at most n = M - 1: committed <= max_req_len - 3;
+    - with overlap (the default: event_loop_overlap) the step in flight is not processed when the
+      next batch is built, so a request runs one more step after one that committed up to
+      ``most_committed`` tokens (the lag get_alloc_reserve_per_decode's double buffer absorbs).
+      0.5.17-0.5.21 keep every request not yet finished (n <= M - 1); 0.5.22+ drop those whose
+      next token finishes them (Req.next_output_finishes_by_length: n + 1 >= M), keeping n <= M - 2:
+      committed <= max_req_len - IN_FLIGHT_BELOW_MAX_REQ_LEN + most_committed.
+    The overlap bound is the larger for every step size. It is capped at context_len + ROW_SPARE,
+    where a step's window still fits every row sglang sizes: with steps of 10 or more tokens at
+    page size 1, eagle_prepare_for_decode's reserve (committed + 2 x the step's allocation) would
+    reach past the row itself, a different hazard the harness's pools (sglang's) cannot hold.
+    """
+    below = IN_FLIGHT_BELOW_MAX_REQ_LEN.at(release) if release else IN_FLIGHT_BELOW_MAX_REQ_LEN.value
+    return min(max_request_len(context_len) - below + most_committed, context_len + ROW_SPARE)
+
+
 def model_context_len(spec: "CaseSpec") -> int:
-    """The model's context length: the case's, or the default doubled until the longest prefix fits.
+    """The model's context length: the case's, or the default doubled until the longest prefix is
+    committed in every speculative configuration (context_len - 4, the wall without overlap, never
+    above the wall of steps of one token).
 
     Never derived to just fit the case: backends size their buffers from it as they do in production.
     """
     context_len = spec.context_len or DEFAULT_MODEL_CONTEXT_LEN
-    while not spec.context_len and max_request_len(context_len) < max(spec.prefix_lens):
+    while not spec.context_len and max_request_len(context_len) - 3 < max(spec.prefix_lens):
         context_len *= 2
     return context_len
 
@@ -71,7 +115,9 @@ _GRAPH_BS = ("sglang 0.5.17 captures decode CUDA graphs for at most 512 requests
 FIELD_RANGES: dict[str, Range] = {
     "bs": Range(1, 512, _GRAPH_BS),
     "capture_bs": Range(1, 512, _GRAPH_BS),
-    "prefix_lens": Range(0, MAX_ROW_TOKENS, _LONGEST),
+    "prefix_lens": Range(0, MAX_ROW_TOKENS + ROW_SPARE,
+                         f"{_LONGEST}; a model of that context commits at most {ROW_SPARE} tokens more "
+                         "(max_committed_prefix)"),
     "context_len": Range(0, MAX_ROW_TOKENS + 1024,
                          "the longest prefix, 131,072 tokens, plus room for its draft tokens"),
     "input_lens": Range(1, 256, "the verify / draft-extend window is speculative_num_draft_tokens "
@@ -178,6 +224,30 @@ def largest_cell_sizes(mode: "SpecMode", spec: "CaseSpec") -> CellSizes:
     )
 
 
+def _most_committed(mode: "SpecMode", spec: "CaseSpec") -> int:
+    return mode.most_committed(spec.num_steps, spec.input_lens[0] if spec.input_lens else None)
+
+
+def committed_wall(mode: "SpecMode", spec: "CaseSpec") -> int:
+    """The case's context wall: the longest prefix a step of its mode runs on, for its stated context_len."""
+    return max_committed_prefix(spec.context_len, _most_committed(mode, spec))
+
+
+def _past_the_wall(mode: "SpecMode", spec: "CaseSpec") -> str | None:
+    """Why a prefix is longer than any request is committed when a step of this mode runs, or None."""
+    most, wall = _most_committed(mode, spec), committed_wall(mode, spec)
+    index, longest = max(enumerate(spec.prefix_lens, start=1), key=lambda item: item[1])
+    if longest <= wall:
+        return None
+    below = IN_FLIGHT_BELOW_MAX_REQ_LEN.value
+    return (f"item {index} is {longest}, a committed length production never reaches with context_len "
+            f"{spec.context_len}: a speculative step runs on at most max_req_len - {below} + {most} = {wall} "
+            f"committed tokens (max_req_len = context_len - 1; max_new_tokens <= max_req_len - prompt - 1; under "
+            f"overlap a request runs one more step from max_req_len - {below} committed, after one that "
+            f"committed at most {most} tokens: {mode.most_committed_why}), and no more than context_len + "
+            f"{ROW_SPARE}; give prefixes <= {wall}, or a larger context_len")
+
+
 def _gib(size: int) -> str:
     return f"{size / (1 << 30):,.1f} GiB"
 
@@ -187,12 +257,10 @@ def case_problem(mode: "SpecMode", spec: "CaseSpec") -> tuple[str, str] | None:
 
     Runs after the mode accepted the case, so row lengths are the mode's own.
     """
-    longest = max(spec.prefix_lens)
-    if spec.context_len and max_request_len(spec.context_len) < longest:
-        return "context_len", (f"{spec.context_len} leaves a committed prefix at most "
-                               f"{max_request_len(spec.context_len)} tokens (sglang's max_req_len, context_len - 1), "
-                               f"but the longest prefix is {longest}; give at least {longest + 1}, "
-                               "or leave context_len out for a model of at least 4096")
+    if spec.context_len:
+        problem = _past_the_wall(mode, spec)
+        if problem:
+            return "prefix_lens", problem
     sizes = largest_cell_sizes(mode, spec)
     needs = sorted(((buffer.size(sizes), buffer) for buffer in BUFFERS), key=lambda pair: -pair[0])
     total = sum(size for size, _ in needs)

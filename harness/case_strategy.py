@@ -2,7 +2,8 @@
 
 Each draw is one cell's worth of case: a mode, a model shape, a batch and the one (backend,
 runner form, capture size, padding) it runs with. Lengths are drawn from the values backends
-size buffers and bounds from: the model's context wall (sglang's max_req_len), page
+size buffers and bounds from: the model's context wall (the longest committed prefix a
+speculative step runs on, case_limits.max_committed_prefix) and one token short of it, page
 boundaries, sglang's capture sizes and their neighbours, the shortest prefixes a mode runs on
 (0 and 1 tokens; 1 and 2 in draft decode, whose committed length is never 0), one request and
 many. Validity is the schema's own: a draw goes through CaseSpec, the loader's mode and
@@ -22,7 +23,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from harness.case_limits import max_request_len
+from harness.case_limits import max_committed_prefix
 from harness.cases import CaseSpec, HostMirrors, KvLayout, PadStyle, spec_problem
 from harness.cell_matrix import combination_skip_reason
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, cell_cost, machine_runs
@@ -63,26 +64,25 @@ def _batch_size(profile: DrawProfile) -> st.SearchStrategy[int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _prefix_limit(context_len: int) -> st.SearchStrategy[int]:
-    """A case's longest prefix: tiny, short, medium, long, or the context wall (max_req_len).
+def _prefix_limit(wall: int) -> st.SearchStrategy[int]:
+    """A case's longest prefix: tiny, short, medium, long, or the context wall (max_committed_prefix).
 
     Drawn per case so that many requests can come with short prefixes (a large decode batch)
     and a few with long ones, within the caps.
     """
-    wall = max_request_len(context_len)
     return st.sampled_from([scale for scale in PREFIX_SCALES if scale < wall] + [wall])
 
 
 @functools.lru_cache(maxsize=None)
 def _prefix_len(limit: int, page_size: int, shortest: int) -> st.SearchStrategy[int]:
     """The shortest prefixes the mode runs on (``shortest``: 0, or 1 in draft decode) and the next
-    few, page boundaries, the limit itself (the context wall when the limit is max_req_len) and
-    just below it, anything up to it. Never below ``shortest``, so no draw is rejected for it."""
+    few, page boundaries, the limit itself (the context wall when the limit is max_committed_prefix)
+    and one short of it or a little more, anything up to it. Never below ``shortest``, so no draw is rejected for it."""
     return st.one_of(
         st.integers(shortest, min(shortest + 3, limit)),
         st.builds(lambda page, step: min(max(page * page_size + step, shortest), limit),
                   st.integers(1, max(limit // page_size, 1)), st.sampled_from((-1, 0, 1))),
-        st.just(limit),
+        st.sampled_from((limit, max(limit - 1, shortest))),
         st.builds(lambda back: max(limit - back, shortest), st.integers(1, page_size + 8)),
         st.integers(shortest, limit),
     )
@@ -131,23 +131,30 @@ def _shape(draw, mode: str, profile: DrawProfile) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _sizes(windowed: bool, shortest: int, graph: bool, page_size: int, num_steps: int,
-           profile: DrawProfile) -> st.SearchStrategy:
-    """The case's sizes: model dimensions, context, batch, prefixes, window, capture size."""
+def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: DrawProfile) -> st.SearchStrategy:
+    """The case's sizes: model dimensions, context, batch, window, prefixes, capture size.
+
+    The window comes before the prefixes: the wall they are drawn up to depends on it.
+    """
+    spec_mode = MODES[mode]
+    windowed = spec_mode.windowed  # a case gives the window each request brings
 
     @st.composite
     def sizes(draw) -> dict:
         kv_heads = draw(st.sampled_from(profile.kv_heads))
         context_len = draw(st.sampled_from(profile.context_lens))
         bs = draw(_batch_size(profile))
+        # a fixed window per request: the chain's num_steps + 1, or any tree's
+        window = draw(st.one_of(st.just(num_steps + 1), st.integers(2, profile.max_window.limit))) if windowed else None
+        wall = max_committed_prefix(context_len, spec_mode.most_committed(num_steps, window))
         drawn = dict(
             num_kv_heads=kv_heads, num_heads=kv_heads * draw(st.sampled_from(profile.gqa_ratios)),
             head_dim=draw(st.sampled_from(profile.head_dims)), context_len=context_len, bs=bs,
-            prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(context_len)), page_size, shortest),
+            prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(wall)), page_size, spec_mode.min_prefix_len),
                                       min_size=bs, max_size=bs)),
         )
-        if windowed:  # a fixed window per request: the chain's num_steps + 1, or any tree's
-            drawn["input_lens"] = draw(st.one_of(st.just(num_steps + 1), st.integers(2, profile.max_window.limit)))
+        if windowed:
+            drawn["input_lens"] = window
         if graph:
             capture = draw(_capture_bs(bs, profile))
             drawn["capture_bs"] = [capture]
@@ -169,8 +176,7 @@ def drawn_cases(draw, profile: DrawProfile) -> DrawnCase:
     mode = draw(st.sampled_from(tuple(MODES)))
     for _ in range(SHAPE_ATTEMPTS):
         shape = draw(_shape(mode, profile))
-        sizes = _sizes(MODES[mode].windowed, MODES[mode].min_prefix_len, RUNNER_FORMS[shape["runners"][0]].graph,
-                       shape["page_size"], shape["num_steps"], profile)
+        sizes = _sizes(mode, RUNNER_FORMS[shape["runners"][0]].graph, shape["page_size"], shape["num_steps"], profile)
         for _ in range(SIZE_ATTEMPTS):
             fields = {**shape, **draw(sizes)}
             if why_not_runnable(mode, fields, profile) is None:

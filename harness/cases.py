@@ -92,8 +92,10 @@ class CaseSpec(BaseModel):
     backends: list[BackendName] = list(BACKENDS)
     context_len: int = Field(
         default=0, description="the model's context length: backends size their buffers from it, and each "
-        "req_to_token row gets sglang's speculative headroom on top; a prefix is at most context_len - 1 "
-        "(sglang's max_req_len); 0 = 4096, doubled until the longest prefix fits (never just fits the case)")
+        "req_to_token row gets sglang's speculative headroom on top; a prefix is at most what a request has "
+        "committed when a speculative step runs (case_limits.max_committed_prefix: context_len - 5 + the most "
+        "tokens one step commits, - 4 + before sglang 0.5.22); 0 = 4096, doubled until the longest prefix is at most context_len - 4 "
+        "(never just fits the case)")
     draft_window: int = Field(
         default=0,
         description="draft decode only: --speculative-draft-window-size (0 = off); the draft attends "

@@ -191,8 +191,18 @@ def repo_path(value: str) -> str:
 # A generated cell exists only when drawn again (harness/generated_plugin.py), unless written out as a case file.
 DRAWING_OPTIONS = {"--generated": ("0", str), "--generated-seed": ("0", str), "--generated-profile": (None, str)}
 CELL_DEFINING_OPTIONS = {"--cases-dir": (repo_path(str(CASES_DIR)), repo_path), "--replay": (None, str),
+                         "--apply-fix": (None, str),
                          "--known-failures": (repo_path(str(KNOWN_FAILURES_FILE)), repo_path), **DRAWING_OPTIONS,
                          "--draws": (DRAW_PLACES[0], str)}  # the random values (pools.draw_generator)
+
+
+PATCH_OPTIONS = ("--replay", "--apply-fix")  # what harness/seed_bugs.py patches into sglang for a run
+
+
+def patch_args(getoption) -> list[str]:
+    """The run's patch options as arguments, for the processes that run its cells outside pytest
+    (harness/cell_worker.py: the warm-up pass and the shrinker)."""
+    return [part for option in PATCH_OPTIONS if getoption(option) for part in (option, getoption(option))]
 
 
 def cell_defining_args(getoption) -> list[str]:

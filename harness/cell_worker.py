@@ -3,7 +3,7 @@
 A separate process, so a candidate that kills its process (a segfault in
 Triton's interpreter, a sticky CUDA error) ends this worker, not the
 shrinker, which starts a new one and records the candidate as crashed.
-Usage: python -m harness.cell_worker [--replay BUG] < requests
+Usage: python -m harness.cell_worker [--replay BUG] [--apply-fix FIX] < requests
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from harness.run_cell import CellSkipped, run_cell
 from harness.cell_matrix import expand_cells
 from harness.failure_class import of_exception, of_mismatch
 from harness.generated import as_case
-from harness.seed_bugs import inject
+from harness.seed_bugs import apply_requested
 
 OUTCOME_MARK = "@@outcome "  # sglang logs to stdout too; outcome lines carry this mark
 
@@ -42,9 +42,9 @@ def outcome(drawn: DrawnCase) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replay", default=None, help="inject this seed bug first")
+    parser.add_argument("--apply-fix", default=None, help="apply this fix first")
     args = parser.parse_args(argv)
-    if args.replay:
-        inject(args.replay)
+    apply_requested(args.replay, args.apply_fix)
     for line in sys.stdin:
         request = json.loads(line)
         answer = outcome(DrawnCase(request["mode"], request["fields"]))

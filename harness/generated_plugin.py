@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness import platform
-from harness.cell_matrix import case_file_rerun, expand_cells, in_shard, repo_path
+from harness.cell_matrix import case_file_rerun, expand_cells, in_shard, patch_args, repo_path
 from harness.draw_caps import PROFILES
 from harness.generated import Generated, generated_tier
 from harness.results import run_dir, write_notes
@@ -106,8 +106,8 @@ class GeneratedRun:
         if not self.controller:
             return
         out_dir = run_dir() / CASES_FOLDER
-        replay = config.getoption("--replay")
-        executor = CellExecutor(replay, timeout_s=config.getoption("--shrink-budget"))
+        patches = patch_args(config.getoption)
+        executor = CellExecutor(patches, timeout_s=config.getoption("--shrink-budget"))
         classes: set[str] = set()
         try:
             for cell_id in self.failures:
@@ -119,7 +119,7 @@ class GeneratedRun:
                     self.not_shrunk.append(f"{cell_id}: did not fail when rerun alone ({first['status']})")
                 elif first["failure"] not in classes:
                     classes.add(first["failure"])
-                    shrunk = shrink(generated, first, PROFILES[self.profile], self.seed, replay, out_dir,
+                    shrunk = shrink(generated, first, PROFILES[self.profile], self.seed, patches, out_dir,
                                     config.getoption("--shrink-budget"), executor)
                     (self.not_shrunk if isinstance(shrunk, str) else self.reproducers).append(shrunk)
         finally:

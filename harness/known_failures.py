@@ -25,6 +25,7 @@ from typing import Iterable, Mapping
 from harness import ROOT
 from harness.failure_class import FAILURE_CLASSES, MEASURED, Failure
 from harness.runners import RUNNER_NAMES as RUNNERS
+from harness.seed_bugs import FIXES
 
 KNOWN_FAILURES_FILE = ROOT / "KNOWN_FAILURES.md"
 
@@ -49,6 +50,8 @@ SIGNATURE_FIELDS = {
 }
 OPTIONAL_FIELDS = {
     "evidence": "where the failure was seen: a report path, a CI link, numbers",
+    "fixed_by": f"the harness fix that makes these cells pass, one of {', '.join(FIXES)} (harness/seed_bugs.py): "
+                "under --apply-fix with it the entry stands aside",
 }
 FIELDS = {**SELECTOR_FIELDS, **TEXT_FIELDS, **SIGNATURE_FIELDS, **OPTIONAL_FIELDS}
 REQUIRED_FIELDS = (*SELECTOR_FIELDS, *TEXT_FIELDS, "class")
@@ -107,6 +110,7 @@ class KnownFailure:
     max_abs_err: ErrorRange | None  # ... and, for a MEASURED class, the error's range
     evidence: str | None
     source: str  # "KNOWN_FAILURES.md:12", the entry's heading
+    fixed_by: str | None = None  # a harness fix (seed_bugs.FIXES) under which these cells must pass
 
     def matches(self, cell: Mapping) -> bool:
         """True when the cell (needs cell_id, case, backend, mode, runner) is in this entry's scope."""
@@ -244,6 +248,10 @@ def _build(path: Path, entry: _RawEntry) -> KnownFailure:
             f"{path}:{line}: entry {entry.id}: field 'upstream' is '{upstream}'; expected {TEXT_FIELDS['upstream']}"
         )
     evidence = entry.fields.get("evidence")
+    fixed_by = entry.fields.get("fixed_by")
+    if fixed_by and fixed_by[0] not in FIXES:
+        raise KnownFailuresError(f"{path}:{fixed_by[1]}: entry {entry.id}: field 'fixed_by' is '{fixed_by[0]}'; "
+                                 f"expected {OPTIONAL_FIELDS['fixed_by']}")
     return KnownFailure(
         id=entry.id,
         **{name: _selector(path, entry, name) for name in SELECTOR_FIELDS},
@@ -252,6 +260,7 @@ def _build(path: Path, entry: _RawEntry) -> KnownFailure:
         **_signature(path, entry),
         evidence=evidence[0] if evidence else None,
         source=f"{path}:{entry.line}",
+        fixed_by=fixed_by[0] if fixed_by else None,
     )
 
 
@@ -294,6 +303,12 @@ def load_known_failures(path: str | Path) -> list[KnownFailure]:
         seen[entry.id] = entry.source
         entries.append(entry)
     return entries
+
+
+def standing(entries: list[KnownFailure], applied_fix: str | None) -> list[KnownFailure]:
+    """The entries that hold for a run: those ``applied_fix`` fixes stand aside, so their cells run
+    as plain cells (a fix that works turns them green; one that does not leaves them red)."""
+    return [entry for entry in entries if applied_fix is None or entry.fixed_by != applied_fix]
 
 
 def match(entries: Iterable[KnownFailure], cell: Mapping) -> KnownFailure | None:

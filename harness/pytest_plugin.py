@@ -24,18 +24,18 @@ import torch
 from harness import cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
-from harness.cell_matrix import (cell_defining_args, expand_cells, in_shard, keyword_selected, rerun_command,
-                                 skip_reason)
+from harness.cell_matrix import (cell_defining_args, expand_cells, in_shard, keyword_selected, patch_args,
+                                 rerun_command, skip_reason)
 from harness.failure_class import Failure, of_dead_process
 from harness.known_failures import (KNOWN_FAILURES_FILE, InsideSignature, KnownFailuresError, load_known_failures,
-                                    match, stale)
+                                    match, stale, standing)
 from harness.pools import DRAW_PLACES, DRAWS_ENV
 from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summary, confirm_crashes
 from harness.reporting.per_backend import per_backend_lines
 from harness.reporting.totals import totals_line
 from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
 from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
-from harness.seed_bugs import ReplayError, inject
+from harness.seed_bugs import ReplayError, apply_requested
 from harness.warmup import plan_warm_up, wait_for_warm_up
 
 _CONTROLLER: dict = {}  # the controller's config, for hooks that are not handed one
@@ -47,6 +47,9 @@ def pytest_addoption(parser):
     group.addoption("--cases-dir", default=str(CASES_DIR), help="folder of case YAML files")
     group.addoption("--shard", default="1/1", help="run shard i of n (cells split by a hash of their id), e.g. 2/4")
     group.addoption("--replay", default=None, help="inject a seed bug (harness/seed_bugs.py) for this run")
+    group.addoption("--apply-fix", default=None, metavar="FIX",
+                    help="patch the installed sglang toward a proposed fix (harness/seed_bugs.py FIXES) for this run; "
+                         "known failures it fixes (KNOWN_FAILURES.md fixed_by) stand aside, so their cells must pass")
     group.addoption("--draws", default=DRAW_PLACES[0], choices=DRAW_PLACES,
                     help="where random Q/K/V are drawn: on the cell's device (fast), or on the host "
                          "(bit-identical to a CPU run of the same cell)")
@@ -92,16 +95,16 @@ def pytest_configure(config):
     run_id()  # set before xdist spawns workers, so all share one run folder
     os.environ[DRAWS_ENV] = config.getoption("--draws")  # likewise inherited by the workers
     gpu_slots.pin_worker(run_dir() / gpu_slots.SLOTS_DIR)  # before anything initialises CUDA
-    if config.getoption("--replay"):
-        try:
-            inject(config.getoption("--replay"))
-        except ReplayError as error:
-            raise pytest.UsageError(str(error)) from None
+    try:
+        apply_requested(config.getoption("--replay"), config.getoption("--apply-fix"))
+    except ReplayError as error:
+        raise pytest.UsageError(str(error)) from None
     config.addinivalue_line("markers", "cell: a differential cell from cases/*.yaml")
     try:
         config._attn_release = releases.installed()
         cases = load_all_cases(Path(config.getoption("--cases-dir")))
-        config._attn_known = load_known_failures(config.getoption("--known-failures"))
+        config._attn_known = standing(load_known_failures(config.getoption("--known-failures")),
+                                      config.getoption("--apply-fix"))
     except (CaseFileError, KnownFailuresError, releases.UnsupportedVersionError) as error:
         raise pytest.UsageError(str(error)) from None
     except OSError as error:  # a --known-failures file that cannot be read
@@ -132,7 +135,7 @@ def pytest_collection(session):
     plan = plan_warm_up(cells, getattr(config.option, "numprocesses", None) or 1, run_dir())
     config._attn_warm_up = plan
     if plan.to_compile:
-        config._attn_warm_up_thread = plan.start(config.getoption("--replay"))
+        config._attn_warm_up_thread = plan.start(patch_args(config.getoption))
     else:
         plan.seconds = 0.0
     return None
@@ -399,6 +402,7 @@ def pytest_sessionfinish(session):
         "shard": "/".join(map(str, config._attn_shard)),
         "workers": getattr(config.option, "numprocesses", None) or 0,
         "replay": config.getoption("--replay"),
+        "fix": config.getoption("--apply-fix"),
         "generated": getattr(config, "_attn_generated", None),  # harness/generated_plugin.py
         "wall_s": round(time.time() - config._attn_started, 2),
         "warm_up": config._attn_warm_up.as_report() if hasattr(config, "_attn_warm_up") else None,

@@ -5,6 +5,10 @@ bug injected, and report which cells killed it and with what message. A bug no
 cell kills has survived, and the command fails. A clean run of the same cells
 (no bug) must pass, so a kill means the bug, not a broken harness.
 
+The reverse for a fix (`--fix ID`): its cells run on the installed sglang, where at least one
+must fail (the bug is there), then with the fix applied, where every one must pass; a fix that
+leaves a cell failing, or finds no failing cell to fix, fails the command (FIX_TABLE.md).
+
 With --generated N the hand-made cases are switched off and every bug meets
 the same N generated cells (seed --seed), none chosen for it: the table says
 what the generated tier kills alone, and with what budget.
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 
 from harness import ROOT, cli, platform
 from harness.results import OUTPUT_DIR, RUN_ID_ENV, SECTION, run_folder
-from harness.seed_bugs import SEED_BUGS
+from harness.seed_bugs import FIXES, SEED_BUGS
 
 KILLING = ("failed", "crashed")
 
@@ -37,18 +41,19 @@ class Tier:
         return None if self.budget else bug.cells
 
 
-def _run(bug_id: str | None, selector: str | None, workers: str, tier: Tier) -> list[dict]:
-    """Run the selected cells (optionally with a bug injected); return their result lines."""
-    run = f"replay-{bug_id or 'clean'}-{int(time.time())}"
+def _run(bug_id: str | None, selector: str | None, workers: str, tier: Tier, option: str = "--replay") -> list[dict]:
+    """Run the selected cells (optionally with a bug injected, or a fix applied: ``option``); return
+    their result lines."""
+    run = f"{option.strip('-')}-{bug_id or 'clean'}-{int(time.time())}"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers,
                "harness/test_cases.py", *(["-k", selector] if selector else []), *tier.pytest_args]
     if bug_id:
-        command += ["--replay", bug_id]
+        command += [option, bug_id]
     done = subprocess.run(command, env={**os.environ, RUN_ID_ENV: run}, cwd=ROOT,
                           capture_output=True, text=True, check=False)
-    if done.returncode in (3, 4):  # internal or usage error: the replay itself did not apply
+    if done.returncode in (3, 4):  # internal or usage error: the patch itself did not apply
         tail = (done.stderr + done.stdout).strip().splitlines()[-3:]
-        raise SystemExit(f"replay {bug_id or 'clean'} could not run: {' / '.join(tail)}")
+        raise SystemExit(f"{option} {bug_id or 'clean'} could not run: {' / '.join(tail)}")
     folder = run_folder(run)
     return [json.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_text().splitlines()]
 
@@ -92,6 +97,36 @@ def replay(bug_id: str, workers: str, tier: Tier = Tier(), clean_runs: dict | No
             "wall_s": round(wall, 1)}
 
 
+STILL_FAILING = ("failed", "crashed", "xfailed", "xpassed", "not_run")  # anything but passed or skipped
+
+
+def fix_row(fix_id: str, workers: str) -> dict:
+    """One fix's row: its cells stock (some must fail, as known failures or not) and fixed (all must pass)."""
+    fix = FIXES[fix_id]
+    started = time.time()
+    stock = [r for r in _run(None, fix.cells, workers, Tier()) if r["status"] != "skipped"]
+    fixed = [r for r in _run(fix_id, fix.cells, workers, Tier(), "--apply-fix") if r["status"] != "skipped"]
+    failing = [r["cell_id"] for r in stock if r["status"] in STILL_FAILING]
+    left = [{"cell": r["cell_id"], "status": r["status"], "message": r.get("reason")}
+            for r in fixed if r["status"] in STILL_FAILING]
+    verdict = ("not run" if not fixed else "fixed" if failing and not left
+               else "nothing to fix" if not failing else "not fixed")
+    return {"fix": fix_id, "upstream": fix.upstream, "summary": fix.summary, "verdict": verdict,
+            "failing_stock": failing, "failing_fixed": left, "executed": len(fixed),
+            "device": platform.device_description()["device"], "wall_s": round(time.time() - started, 1)}
+
+
+def fix_table(rows: list[dict]) -> str:
+    lines = ["| fix | upstream | verdict | failing stock (cells) | failing with the fix | first message | device |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        first = (row["failing_fixed"][0]["message"] or "").replace("|", "\\|")[:160] if row["failing_fixed"] else ""
+        lines.append(f"| {row['fix']} | {row['upstream']} | **{row['verdict']}** | "
+                     f"{len(row['failing_stock'])}/{row['executed']} | {len(row['failing_fixed'])} | {first} | "
+                     f"{row['device']} |")
+    return "\n".join(lines)
+
+
 def _budget(row: dict) -> str:
     budget = row.get("budget")
     return f"{budget['generated']} generated, seed {budget['seed']}, {row.get('wall_s', '?')} s" if budget else ""
@@ -119,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generated", type=int, default=0, metavar="N",
                         help="replay against N generated cells alone (hand-made cases off)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated cells")
+    parser.add_argument("--fix", action="append", choices=sorted(FIXES),
+                        help="check these fixes instead of replaying bugs: their cells fail stock and pass fixed")
     args = parser.parse_args(argv)
+    if args.fix:
+        return _check_fixes(args.fix, args.workers, args.out)
     tier = (Tier(("--generated", str(args.generated), "--generated-seed", str(args.seed), "--generated-only",
                   "--shrink-max", "0"), {"generated": args.generated, "seed": args.seed})
             if args.generated else Tier())
@@ -135,6 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     if survivors:
         print(f"\nNOT KILLED: {', '.join(survivors)}", file=sys.stderr)
     return 1 if survivors else 0
+
+
+def _check_fixes(fix_ids: list[str], workers: str, out) -> int:
+    rows = [fix_row(fix_id, workers) for fix_id in fix_ids]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fix_table.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / "FIX_TABLE.md").write_text(fix_table(rows) + "\n")
+    print(fix_table(rows))
+    unfixed = [row["fix"] for row in rows if row["verdict"] not in ("fixed", "not run")]
+    if unfixed:
+        print(f"\nNOT FIXED: {', '.join(unfixed)}", file=sys.stderr)
+    return 1 if unfixed else 0
 
 
 if __name__ == "__main__":

@@ -1,46 +1,157 @@
-"""The five sglang bugs attn-harness exists to catch, as injectable pre-fix behaviour.
+"""The patches attn-harness applies to the installed sglang: one registry, two kinds.
 
-Each replay is a patched copy of the installed sglang function it concerns,
-made from that function's own source with the fix reverted (or, where the bug
-lived outside any backend, the faulty batch state the next forward received).
-A replay whose source pattern no longer matches stops with an error naming the
-function: it is never silently a no-op. Replays are applied only inside a
-replay run (`--replay BUG`), never in a normal run.
+- Seed-bug replays (``--replay ID``): the five sglang bugs attn-harness exists to catch, as
+  injectable pre-fix behaviour: a patched copy of the installed function each concerns, made from
+  that function's own source with the fix reverted (or, where the bug lived outside any backend,
+  the faulty batch state the next forward received).
+- Fixes (``--apply-fix ID``): the reverse, the installed function patched toward a proposed fix
+  of a bug the harness found, so the cells that show the bug can be run with it fixed.
+
+A patch whose source pattern no longer matches stops with an error naming the function: it is
+never silently a no-op. Patches are applied only when a run asks for them, never in a normal run.
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
 import inspect
 import re
 import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 
 class ReplayError(RuntimeError):
-    """A replay could not be applied to the installed sglang."""
+    """A patch (a replay or a fix) could not be applied to the installed sglang."""
 
 
-def patch_source(owner, name: str, replacements: list[tuple[str, str]]) -> None:
-    """Replace ``owner.name`` by a copy of its source with ``replacements`` applied.
+@dataclass(frozen=True)
+class Swap:
+    """Within every match of ``context`` (words, any whitespace between), ``old`` becomes ``new``;
+    the context must match exactly ``count`` times, so a patch never changes more places than it
+    was written for."""
 
-    Each pattern is a regular expression in which a single space stands for any
-    run of whitespace, so patterns read like the code and survive re-indentation;
-    every pattern must match at least once.
+    context: str
+    old: str
+    new: str
+    count: int = 1
+
+
+def _words(pattern: str) -> str:
+    return r"\s+".join(re.escape(word) for word in pattern.split())
+
+
+def _indented_like_its_line(source: str, start: int, text: str) -> str:
+    """``text`` with every line after its first indented like the line the match starts on."""
+    line = source[source.rfind("\n", 0, start) + 1:]
+    indent = line[: len(line) - len(line.lstrip(" "))]
+    return text.replace("\n", "\n" + indent)
+
+
+def rewrite(source: str, replacements: list, where: str) -> str:
+    """``source`` with ``replacements`` applied, or ReplayError naming ``where`` and the pattern that
+    no longer matches. A pattern is words in which a single space stands for any run of whitespace,
+    so patterns read like the code and survive re-indentation; a (pattern, text) pair must match at
+    least once, and later lines of a multi-line text are indented like the line the match starts on."""
+    for replacement in replacements:
+        if isinstance(replacement, Swap):
+            pattern = _words(replacement.context)
+            found = len(re.findall(pattern, source))
+            if found != replacement.count:
+                raise ReplayError(f"{where}: pattern {replacement.context[:60]!r} found {found} times, the patch "
+                                  f"expects {replacement.count}; this sglang version no longer matches the patch")
+            source = re.sub(pattern, lambda match: match.group(0).replace(replacement.old, replacement.new), source)
+            continue
+        old, new = replacement
+        source, count = re.subn(_words(old), lambda match: _indented_like_its_line(match.string, match.start(), new),
+                                source)
+        if not count:
+            raise ReplayError(f"{where}: pattern {old[:60]!r} not found; "
+                              "this sglang version no longer matches the patch")
+    return source
+
+
+def patch_source(owner, name: str, replacements: list) -> None:
+    """Replace ``owner.name`` by a copy of its source with ``replacements`` applied (see rewrite).
+
+    A method is compiled with ``__class__`` bound to its class, so a zero-argument ``super()`` in
+    it still works.
     """
     function = getattr(owner, name)
-    source = textwrap.dedent(inspect.getsource(function))
-    for old, new in replacements:
-        pattern = r"\s+".join(re.escape(word) for word in old.split())
-        source, count = re.subn(pattern, new, source)
-        if not count:
-            raise ReplayError(f"{owner.__name__}.{name}: pattern {old[:60]!r} not found; "
-                              "this sglang version no longer matches the replay")
+    source = rewrite(textwrap.dedent(inspect.getsource(function)), replacements, f"{owner.__name__}.{name}")
     namespace: dict = {}
     module = sys.modules[function.__module__]
-    exec(compile(source, f"<replay of {owner.__name__}.{name}>", "exec"), module.__dict__, namespace)
-    setattr(owner, name, namespace[name])
+    if inspect.isclass(owner):
+        source = f"def _bind(__class__):\n{textwrap.indent(source, '    ')}\n    return {name}\n"
+    exec(compile(source, f"<patched {owner.__name__}.{name}>", "exec"), module.__dict__, namespace)
+    setattr(owner, name, namespace["_bind"](owner) if inspect.isclass(owner) else namespace[name])
+
+
+@dataclass(frozen=True)
+class SourcePatch:
+    """Replacements in one function of an sglang module, for a patch written as data."""
+
+    module: str  # e.g. "sglang.srt.layers.attention.flashattention_backend"
+    owner: str  # the class holding the function, or "" for a module-level function
+    function: str
+    replacements: tuple
+
+    def apply(self) -> None:
+        import importlib
+
+        module = importlib.import_module(self.module)
+        patch_source(getattr(module, self.owner) if self.owner else module, self.function, list(self.replacements))
+
+    def path_in(self, site_packages: Path) -> Path:
+        return site_packages.joinpath(*self.module.split(".")).with_suffix(".py")
+
+
+def _function_lines(tree: ast.Module, owner: str, function: str) -> tuple[int, int] | None:
+    """(first line incl. decorators, last line), 1-based, of ``owner.function`` in a parsed module."""
+    scope = tree.body
+    if owner:
+        scope = next((node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == owner), [])
+    node = next((node for node in scope if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.name == function), None)
+    if node is None:
+        return None
+    first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
+    return first, node.end_lineno
+
+
+def patched_file(patches: tuple[SourcePatch, ...], path: Path) -> tuple[str, str]:
+    """(the file's text, the text with ``patches`` applied): the patch checked against an sglang
+    source file without importing it (releases whose kernels this machine lacks included)."""
+    original = path.read_text()
+    lines = original.splitlines(keepends=True)
+    tree = ast.parse(original)
+    spans = []
+    for patch in patches:
+        where = f"{patch.owner + '.' if patch.owner else ''}{patch.function} ({path})"
+        span = _function_lines(tree, patch.owner, patch.function)
+        if span is None:
+            raise ReplayError(f"{where}: not found; this sglang version no longer matches the patch")
+        spans.append((span, patch, where))
+    for (first, last), patch, where in sorted(spans, key=lambda item: -item[0][0]):
+        text = rewrite("".join(lines[first - 1:last]), list(patch.replacements), where)
+        compile(textwrap.dedent(text), where, "exec")
+        lines[first - 1:last] = [text]
+    return original, "".join(lines)
+
+
+def unified_diff(patches: tuple[SourcePatch, ...], site_packages: Path, repo_prefix: str = "python/") -> str:
+    """The patches as a unified diff against the sglang installed under ``site_packages``, with the
+    paths sglang's repository gives the files (python/sglang/...)."""
+    chunks = []
+    for path in dict.fromkeys(patch.path_in(site_packages) for patch in patches):
+        original, patched = patched_file(tuple(p for p in patches if p.path_in(site_packages) == path), path)
+        name = repo_prefix + str(path.relative_to(site_packages))
+        chunks += difflib.unified_diff(original.splitlines(keepends=True), patched.splitlines(keepends=True),
+                                       f"a/{name}", f"b/{name}")
+    return "".join(chunks)
 
 
 def _triton():
@@ -132,41 +243,163 @@ def _undeclared_backend_trusted() -> None:
         'for b in attn_backends')])
 
 
+# --- fixes -------------------------------------------------------------------------------------
+
+_FA = "sglang.srt.layers.attention.flashattention_backend"
+_ROW_WIDTH = "self.max_kv_len"
+_STATIC_WIDTH = ("# Static page-table width (upper bound). The device-side page-table build "
+                 "# sizes to this constant, so no runtime host max is needed.")
+
+
+def _kv_bound(context: str, count: int = 1) -> Swap:
+    return Swap(context, "self.max_context_len", _ROW_WIDTH, count)
+
+
+# reports/gpu/findings/fa-draft-extend-past-context: FlashAttentionBackend bounds a request's KV
+# length by the model's context, but a speculative step reads up to committed + num_draft_tokens,
+# past it, into the headroom sglang gives every req_to_token row. Each KV-length bound becomes the
+# row width; other uses of max_context_len (the verify mask, encoder tables, FA4's captured
+# max_seqlen_k for plain decode) are left as they are.
+FA_KV_PAST_CONTEXT = (
+    SourcePatch(_FA, "FlashAttentionBackend", "__init__", ((
+        f"{_STATIC_WIDTH} self.max_num_pages = ( self.max_context_len + self.page_size - 1 ) // self.page_size",
+        "# A request's KV can run past the model context: under speculative decoding a verify\n"
+        "# or draft extend reads up to committed + num_draft_tokens, and req_to_token rows\n"
+        "# carry headroom for it (get_req_to_token_extra_context_len). Bound KV lengths by\n"
+        "# the row width, not by max_context_len.\n"
+        f"{_ROW_WIDTH} = self.req_to_token.shape[1]\n"
+        "# Static page-table width (upper bound). The device-side page-table build\n"
+        "# sizes to this constant, so no runtime host max is needed.\n"
+        f"self.max_num_pages = (\n    {_ROW_WIDTH} + self.page_size - 1\n) // self.page_size"),)),
+    # the eager path's bound when no CPU mirror is published (the page table's width)
+    SourcePatch(_FA, "FlashAttentionBackend", "init_forward_metadata", (_kv_bound("else self.max_context_len"),)),
+    # the CUDA-graph page tables (decode / draft decode, target verify, draft extend; the topk > 1
+    # prefix tables) and the page-start offsets gathered into them
+    SourcePatch(_FA, "FlashAttentionBackend", "init_cuda_graph_state", (
+        _kv_bound("max_num_pages = (self.max_context_len + self.page_size - 1) // self.page_size"),
+        _kv_bound("0, self.max_context_len, self.page_size, device=self.device", 3),
+        _kv_bound('"page_table": torch.zeros( max_bs, self.max_context_len,', 2),
+    )),
+    # replay's bound without a CPU mirror: the pages it gathers (draft extend, topk > 1 draft decode)
+    # and plain decode's scheduler-metadata estimate
+    SourcePatch(_FA, "FlashAttentionBackend", "_apply_cuda_graph_metadata", (
+        _kv_bound("else self.max_context_len", 3),)),
+)
+
+
+def _apply_all(patches: tuple[SourcePatch, ...]) -> Callable[[], None]:
+    def apply() -> None:
+        for patch in patches:
+            patch.apply()
+
+    return apply
+
+
+# --- the registry ------------------------------------------------------------------------------
+
+REPLAY, FIX = "replay", "fix"
+
+
 @dataclass(frozen=True)
-class SeedBug:
-    bug_id: str
+class Patch:
+    """One patch: a seed-bug replay (kind REPLAY) or a fix (kind FIX)."""
+
+    patch_id: str
     upstream: str
     summary: str
-    inject: Callable[[], None]
-    cells: str  # pytest -k expression: the part of the matrix that must kill it
+    apply: Callable[[], None]
+    cells: str  # pytest -k expression: the cells a replay must fail, or a fix must turn green
+    kind: str = REPLAY
+    source: tuple[SourcePatch, ...] = ()  # a patch written as data (checkable without importing sglang)
 
 
-SEED_BUGS = {bug.bug_id: bug for bug in (
-    SeedBug("pr27338-topk-free-width", "sglang#27338",
-            "draft-decode CUDA-graph kv_indices sized max_bs x max_context_len, no topk factor",
-            _topk_free_width, "draft_decode and topk4"),
-    SeedBug("pr26651-seq-lens", "sglang#26651",
-            "DRAFT_EXTEND_V2 graph kv_indptr/kv_indices from seq_lens instead of seq_lens - extend",
-            _draft_extend_from_seq_lens, "draft_extend_v2 and (cg_meta or cuda_graph)"),
-    SeedBug("pr26651-no-clamp", "sglang#26651",
-            "DRAFT_EXTEND_V2 graph kv lengths not clamped at 0: padded rows go negative",
-            _draft_extend_unclamped, "draft_extend_v2 and (cg_meta or cuda_graph)"),
-    SeedBug("pr26738-gpu-only-none", "sglang#26738",
-            "Triton metadata without None fallbacks for seq_lens_sum / extend_*_cpu on the GPU-only path",
-            _no_gpu_only_fallbacks, "(gpu-only or no-mirrors) and triton"),
-    SeedBug("pr26753-stale-seq-lens-sum", "sglang#26753",
-            "seq_lens_sum not advanced after an ngram verify: next verify sizes kv_indices from a stale sum",
-            _stale_seq_lens_sum, "target_verify and eager"),
-    SeedBug("pr26128-needs-cpu-seq-lens", "sglang#26128",
-            "needs_cpu_seq_lens decision: undeclared backends treated as opting out, missing slots not skipped",
-            _undeclared_backend_trusted, "gpu-only or host_mirror_contract"),
+PATCHES = {patch.patch_id: patch for patch in (
+    Patch("pr27338-topk-free-width", "sglang#27338",
+          "draft-decode CUDA-graph kv_indices sized max_bs x max_context_len, no topk factor",
+          _topk_free_width, "draft_decode and topk4"),
+    Patch("pr26651-seq-lens", "sglang#26651",
+          "DRAFT_EXTEND_V2 graph kv_indptr/kv_indices from seq_lens instead of seq_lens - extend",
+          _draft_extend_from_seq_lens, "draft_extend_v2 and (cg_meta or cuda_graph)"),
+    Patch("pr26651-no-clamp", "sglang#26651",
+          "DRAFT_EXTEND_V2 graph kv lengths not clamped at 0: padded rows go negative",
+          _draft_extend_unclamped, "draft_extend_v2 and (cg_meta or cuda_graph)"),
+    Patch("pr26738-gpu-only-none", "sglang#26738",
+          "Triton metadata without None fallbacks for seq_lens_sum / extend_*_cpu on the GPU-only path",
+          _no_gpu_only_fallbacks, "(gpu-only or no-mirrors) and triton"),
+    Patch("pr26753-stale-seq-lens-sum", "sglang#26753",
+          "seq_lens_sum not advanced after an ngram verify: next verify sizes kv_indices from a stale sum",
+          _stale_seq_lens_sum, "target_verify and eager"),
+    Patch("pr26128-needs-cpu-seq-lens", "sglang#26128",
+          "needs_cpu_seq_lens decision: undeclared backends treated as opting out, missing slots not skipped",
+          _undeclared_backend_trusted, "gpu-only or host_mirror_contract"),
+    Patch("fa-kv-past-context", "reports/gpu/findings/fa-draft-extend-past-context",
+          "FlashAttentionBackend (FA3, FA4) bounds a request's KV length by the req_to_token row width, "
+          "not max_context_len: eager page table, CUDA-graph page tables and replay fallbacks",
+          _apply_all(FA_KV_PAST_CONTEXT), "past-context-wall and (fa3 or fa4)", kind=FIX, source=FA_KV_PAST_CONTEXT),
 )}
+SEED_BUGS = {patch_id: patch for patch_id, patch in PATCHES.items() if patch.kind == REPLAY}
+FIXES = {fix_id: patch for fix_id, patch in PATCHES.items() if patch.kind == FIX}
 
 
-def inject(bug_id: str) -> SeedBug:
+def inject(bug_id: str) -> Patch:
     try:
         bug = SEED_BUGS[bug_id]
     except KeyError:
         raise ReplayError(f"unknown replay {bug_id!r}; known: {', '.join(SEED_BUGS)}") from None
-    bug.inject()
+    bug.apply()
     return bug
+
+
+def apply_fix(fix_id: str) -> Patch:
+    """Patch the installed sglang toward fix ``fix_id``; a backend module this machine cannot import
+    (FA3/FA4 without their kernels, on CPU) has nothing to patch, and its cells skip anyway."""
+    try:
+        fix = FIXES[fix_id]
+    except KeyError:
+        raise ReplayError(f"--apply-fix {fix_id!r}: no such fix; known fixes: {', '.join(FIXES)} "
+                          "(harness/seed_bugs.py FIXES)") from None
+    try:
+        fix.apply()
+    except ImportError as error:
+        if not _kernels_missing(error):
+            raise
+    return fix
+
+
+def apply_requested(replay: str | None, fix: str | None) -> None:
+    """The patches a run asks for (--replay, --apply-fix), in that order; ReplayError if one cannot apply."""
+    if replay:
+        inject(replay)
+    if fix:
+        apply_fix(fix)
+
+
+def _kernels_missing(error: ImportError) -> bool:
+    """The patched module cannot be imported on this machine because a kernel package is absent."""
+    return error.name is not None and error.name.split(".")[0] in {"sgl_kernel", "cutlass", "flashinfer"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m harness.seed_bugs diff FIX [--site-packages DIR]: the fix as a unified diff against
+    the installed sglang (or the one under DIR), with sglang's repository paths."""
+    import importlib.util
+
+    from harness import cli
+
+    parser = cli.Parser(prog="python -m harness.seed_bugs", description=main.__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["diff"])
+    parser.add_argument("fix", choices=sorted(FIXES))
+    parser.add_argument("--site-packages", type=Path, default=None,
+                        help="the folder holding an sglang package (default: the installed one's)")
+    args = parser.parse_args(argv)
+    site_packages = args.site_packages or Path(importlib.util.find_spec("sglang").origin).parent.parent
+    try:
+        sys.stdout.write(unified_diff(FIXES[args.fix].source, site_packages))
+    except (ReplayError, OSError) as error:
+        print(error, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

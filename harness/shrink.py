@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import queue
+import shlex
 import subprocess
 import sys
 import threading
@@ -36,8 +37,9 @@ from harness.generated import Generated, as_case, generated_name, run_pass
 class CellExecutor:
     """One worker process at a time, replaced when a candidate kills or stalls it."""
 
-    def __init__(self, replay: str | None, timeout_s: float):
-        self.command = [sys.executable, "-m", "harness.cell_worker", *(["--replay", replay] if replay else [])]
+    def __init__(self, patches: list[str], timeout_s: float):
+        """``patches``: the run's patch options (cell_matrix.patch_args), applied in the worker."""
+        self.command = [sys.executable, "-m", "harness.cell_worker", *patches]
         self.timeout_s = timeout_s
         self.process: subprocess.Popen | None = None
         self.lines: queue.Queue = queue.Queue()
@@ -132,7 +134,7 @@ def write_case(path: Path, mode: str, spec_fields: dict, comments: list[str]) ->
     path.write_text("".join(f"# {line}\n" for line in comments) + document)
 
 
-def shrink(generated: Generated, first: dict, profile: DrawProfile, seed: int, replay: str | None,
+def shrink(generated: Generated, first: dict, profile: DrawProfile, seed: int, patches: list[str],
            out_dir: Path, budget_s: float, executor: CellExecutor) -> Shrunk | str:
     """Shrink a generated cell whose rerun alone failed with outcome ``first``.
 
@@ -151,13 +153,14 @@ def shrink(generated: Generated, first: dict, profile: DrawProfile, seed: int, r
     name = f"{generated_name(seed, generated.index, CaseSpec.model_validate(smallest.fields))}-min"
     path = out_dir / f"{name}.yaml"
     (cell,) = expand_cells([as_case(smallest, name, str(path))])
-    rerun = case_file_rerun(cell.cell_id, ["--replay", replay] if replay else [], out_dir)
+    rerun = case_file_rerun(cell.cell_id, patches, out_dir)
     runs = sum(o["status"] != "not run" for o in search.outcomes.values())
     wall = time.monotonic() - started
     outcome = search.outcomes[smallest.key]
     write_case(path, smallest.mode, {**smallest.fields, "name": name}, [
         f"Shrunk by hypothesis from generated cell {generated.case.case_id}",
-        f"({profile.name} profile, seed {seed}, draw {generated.index}{f', replaying {replay}' if replay else ''}):",
+        f"({profile.name} profile, seed {seed}, draw {generated.index}"
+        f"{f', with {shlex.join(patches)}' if patches else ''}):",
         f"{runs} cells run in {wall:.0f} s. Fails as: {search.failure}",
         f"First message: {outcome['message'][:300]}",
         f"Rerun: {rerun}",

@@ -64,7 +64,7 @@ EXPECTED_ERRORS = {
     # sizes no backend or machine serves
     "negative_length.yaml": ["case 'negative'", "field 'prefix_lens'", "item 2: -1 is below 0"],
     "bs_too_large.yaml": ["field 'bs'", "100,000 is over 512", GRAPH_BS],
-    "prefix_too_long.yaml": ["field 'prefix_lens'", "item 2: 10,000,000 is over 131,072"],
+    "prefix_too_long.yaml": ["field 'prefix_lens'", "item 2: 10,000,000 is over 131,076"],
     "context_len_too_large.yaml": ["field 'context_len'", "is over 132,096"],
     "window_too_long.yaml": ["field 'input_lens'", "5,000 is over 256", "speculative_num_draft_tokens"],
     "topk_too_large.yaml": ["field 'topk'", "64 is over 8"],
@@ -79,7 +79,11 @@ EXPECTED_ERRORS = {
     "capture_bs_too_large.yaml": ["field 'capture_bs'", "item 2: 4,096 is over 512", GRAPH_BS],
     "capture_bs_below_bs.yaml": ["field 'capture_bs'", "must each be >= bs 3"],
     "default_capture_too_large.yaml": ["field 'capture_bs'", "left out, it is bs, 2 x bs, 4 x bs = [200, 400, 800]"],
-    "context_shorter_than_row.yaml": ["field 'context_len'", "16 leaves a committed prefix at most 15 tokens"],
+    "context_shorter_than_row.yaml": ["field 'prefix_lens'", "item 2 is 37, a committed length production never "
+                                      "reaches with context_len 16", "max_req_len - ", " + 4 = 1"],
+    "draft_extend_past_the_wall.yaml": ["case 'c'", "field 'prefix_lens'", "item 1 is 4096, a committed length "
+                                        "production never reaches with context_len 4096", " + 3 = 409",
+                                        "min(num_steps + 1, draft tokens)", "give prefixes <= 409"],
     "memory_over_budget.yaml": ["field 'prefix_lens'", "needs about 123.6 GiB", "KV pool", "may take 4.0 GiB"],
     "graph_buffers_over_budget.yaml": ["field 'capture_bs'", "CUDA-graph kv_indices", "make capture_bs smaller"],
     "prefix_len_mismatch.yaml": ["case 'short-prefix'", "field 'prefix_lens'", "has 2 entries but bs is 3"],

@@ -133,6 +133,7 @@ ROWS = [
      "pytest stopped (usage error, exit status 4); no reports written", 4),
     # python -m harness.replay, python -m harness.bench
     ("replay-unknown-bug", "-m harness.replay --bug nope", "argument --bug: invalid choice: 'nope'", 2),
+    ("replay-unknown-fix", "-m harness.replay --fix nope", "argument --fix: invalid choice: 'nope'", 2),
     ("replay-workers-not-number", "-m harness.replay -n abc", "argument -n/--workers: 'abc'", 2),
     ("replay-out-in-missing-folder", "-m harness.replay --out {d}/missing/out",
      "argument --out: folder {d}/missing does not exist", 2),
@@ -180,6 +181,8 @@ ROWS = [
     ("pytest-shard-not-fraction", f"{PYTEST} --shard 1/x", "ERROR: --shard '1/x': expected i/n, e.g. 1/4", 4),
     ("pytest-cases-dir-missing", f"{PYTEST} --cases-dir {{d}}/nope", "ERROR: {d}/nope: not a folder", 4),
     ("pytest-unknown-replay", f"{PYTEST} --replay nope", "ERROR: unknown replay 'nope'; known:", 4),
+    ("pytest-unknown-fix", f"{PYTEST} --apply-fix nope",
+     "ERROR: --apply-fix 'nope': no such fix; known fixes: fa-kv-past-context", 4),
     ("pytest-known-failures-missing", f"{PYTEST} --known-failures {{d}}/nope.md",
      "ERROR: {d}/nope.md: No such file or directory", 4),
     ("pytest-unknown-sanitizer", f"{PYTEST} --sanitize bogus",

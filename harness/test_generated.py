@@ -13,18 +13,19 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, find, settings
 
 from harness import ROOT
-from harness.case_strategy import DrawnCase
-from harness.cases import load_case_file
+from harness.case_strategy import DrawnCase, drawn_cases, why_not_runnable
+from harness.cases import CaseSpec, load_case_file
 from harness.cell_matrix import expand_cells
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, PROFILES, cell_cost, machine_runs
 from harness.failure_class import CRASHED, TIMED_OUT, of_exception
-from harness.generated import generated_tier
+from harness.generated import draws_from_the_seed_alone, generated_tier
 from harness.generated_plugin import CASES_FOLDER
 from harness.invariants import InvariantViolation
 from harness.modes import MODES
-from harness.case_limits import max_request_len
+from harness.case_limits import committed_wall
 from harness.run_cell import FORCE_CRASH_ENV
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 from harness.sglang_env import decode_capture_sizes
@@ -56,7 +57,7 @@ def _reached(generated) -> dict[str, set]:
     seen = defaultdict(set)
     for item in generated:
         spec, (cell,) = item.case.spec, expand_cells([item.case])
-        wall = max_request_len(spec.context_len)
+        wall = committed_wall(MODES[item.case.mode], spec)
         seen["mode"].add(item.case.mode)
         seen["runner"].add(cell.runner)
         seen["padding"].add(cell.padding)
@@ -96,11 +97,32 @@ def test_draws_reach_shapes_and_boundaries_the_hand_made_cases_never_do(tier):
     assert seen["host_mirrors"] == {"full", "gpu_only", "none"}
     assert seen["kv_layout"] == {"contiguous", "shuffled", "interleaved", "non_monotonic"}
     assert profile.max_topk in seen["topk"] and profile.max_steps in seen["num_steps"]
-    assert {"0", "1", "wall", "page edge"} <= seen["prefix"]
+    assert {"0", "1", "page edge"} <= seen["prefix"]  # the wall: test_draws_reach_the_context_wall
     assert {"sglang's pick", "no padding", "past the pick"} <= seen["capture"]
     assert 1 in seen["bs"] and max(seen["bs"]) > 8
     if profile.name == "gpu":  # above the largest capture size, where sglang runs eagerly
         assert max(seen["bs"]) > decode_capture_sizes(DEFAULT_DECODE_MAX_BS)[-1]
+
+
+REACHED = {
+    "at the wall": lambda mode, spec: committed_wall(mode, spec) in spec.prefix_lens,
+    "one short of the wall": lambda mode, spec: committed_wall(mode, spec) - 1 in spec.prefix_lens,
+    "a row past the context": lambda mode, spec: max(mode.row_lens(spec)) > spec.context_len,
+}
+
+
+@pytest.mark.parametrize("what", REACHED)
+def test_draws_reach_the_context_wall(what):
+    """The generator draws prefixes at the context wall (case_limits.max_committed_prefix) and one token
+    short of it, and so steps whose window reads past context_len into sglang's row headroom; searched
+    rather than counted in a tier, where the cost caps make wall draws rare on the CPU profile."""
+    decode_capture_sizes(DEFAULT_DECODE_MAX_BS)  # imports sglang outside the strategy (generated.py)
+    reached = REACHED[what]
+    with draws_from_the_seed_alone():
+        drawn = find(drawn_cases(PROFILES["cpu"]),
+                     lambda drawn: reached(MODES[drawn.mode], CaseSpec.model_validate(drawn.fields)),
+                     settings=settings(database=None, derandomize=True, max_examples=2000, phases=[Phase.generate]))
+    assert why_not_runnable(drawn.mode, drawn.fields, PROFILES["cpu"]) is None
 
 
 _GENERATE = textwrap.dedent("""
@@ -109,7 +131,7 @@ _GENERATE = textwrap.dedent("""
     import harness
     {extra}
     from harness.draw_caps import PROFILES
-    from harness.generated import generated_tier
+    from harness.generated import draws_from_the_seed_alone, generated_tier
     tier = generated_tier(PROFILES["cpu"], int(sys.argv[2]), int(sys.argv[3]))
     print(json.dumps([[g.case.spec.name, g.case.mode, g.case.spec.model_dump()] for g in tier]))
 """)
@@ -180,7 +202,7 @@ def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path):
                    if g.case.spec.bs >= 4 and g.case.spec.host_mirrors != "full")
     executor = FakeExecutor()
     first = executor.run(failing.draw.drawn)
-    shrunk = shrink(failing, first, profile, 0, "some-bug", tmp_path / "reproducers", 60, executor)
+    shrunk = shrink(failing, first, profile, 0, ["--replay", "some-bug"], tmp_path / "reproducers", 60, executor)
     (case,) = load_case_file(shrunk.case_file)
     assert (case.spec.bs, case.spec.host_mirrors) == (2, "gpu_only")  # what the failure needs, no more
     assert max(case.spec.prefix_lens) <= 3 and (case.spec.num_heads, case.spec.head_dim) == (1, 64)
@@ -193,10 +215,10 @@ def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path):
 
 def test_a_candidate_that_kills_or_stalls_the_worker_is_crashed_or_timed_out():
     drawn = generated_tier(PROFILES["cpu"], 0, 1)[0].draw.drawn
-    crashing = CellExecutor(None, timeout_s=30)
+    crashing = CellExecutor([], timeout_s=30)
     crashing.command = [sys.executable, "-c", "import os, sys; sys.stdin.readline(); os._exit(11)"]
     assert crashing.run(drawn)["failure"] == CRASHED
-    stalling = CellExecutor(None, timeout_s=1)
+    stalling = CellExecutor([], timeout_s=1)
     stalling.command = [sys.executable, "-c", "import sys, time; sys.stdin.readline(); time.sleep(60)"]
     assert stalling.run(drawn)["failure"] == TIMED_OUT
     assert stalling.process is None

@@ -77,6 +77,11 @@ def test_entry_fields(tmp_path):
 
 
 MALFORMED = {
+    "unknown fix": (
+        ENTRY.replace("- evidence:", "- fixed_by: fa-no-such-fix\n- evidence:"),
+        ["KNOWN_FAILURES.md:11", "entry KF-fa4-tree-graph", "field 'fixed_by' is 'fa-no-such-fix'",
+         "one of fa-kv-past-context"],
+    ),
     "unknown field": (
         ENTRY.replace("- evidence:", "- evidnce:"),
         ["KNOWN_FAILURES.md:11", "entry KF-fa4-tree-graph", "unknown field 'evidnce'", "valid fields: backend"],

@@ -57,8 +57,8 @@ def test_page_reserve_outgrows_the_base_headroom():
     assert headroom == 2 * 2 * 64 * 4 + 64 - 1  # 2 x (2 pages per branch x 64 x topk 4) + page - 1
 
 
-@pytest.mark.parametrize("prefixes, expected", [([0], DEFAULT_MODEL_CONTEXT_LEN), ([4095], 4096),
-                                                 ([4096], 8192), ([5, 20000], 32768)])
+@pytest.mark.parametrize("prefixes, expected", [([0], DEFAULT_MODEL_CONTEXT_LEN), ([4092], 4096),
+                                                 ([4093], 8192), ([5, 20000], 32768)])
 def test_derived_context_never_just_fits(prefixes, expected):
     spec = CaseSpec.model_validate(dict(name="s", bs=len(prefixes), prefix_lens=prefixes, input_lens=4))
     assert model_context_len(spec) == expected

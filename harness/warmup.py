@@ -104,10 +104,10 @@ class WarmUp:
                 f"compiled in {self.seconds or 0:.1f} s by {self.processes} processes, alongside the workers' start "
                 f"(the rest were in the kept cache)")
 
-    def _run_share(self, share: list[Cell], replay: str | None) -> list[Cell]:
+    def _run_share(self, share: list[Cell], patches: list[str]) -> list[Cell]:
         from harness.shrink import CellExecutor
 
-        executor, done = CellExecutor(replay, timeout_s=WARM_UP_TIMEOUT_S), []
+        executor, done = CellExecutor(patches, timeout_s=WARM_UP_TIMEOUT_S), []
         try:
             for cell in share:
                 if executor.run(as_drawn(cell))["status"] in ("passed", "failed", "skipped"):
@@ -116,12 +116,12 @@ class WarmUp:
             executor.close()
         return done
 
-    def _run(self, replay: str | None) -> None:
+    def _run(self, patches: list[str]) -> None:
         started = time.perf_counter()
         try:
             shares = [self.to_compile[i::self.processes] for i in range(self.processes)]
             with ThreadPoolExecutor(max(1, self.processes)) as pool:
-                done = [cell for found in pool.map(lambda share: self._run_share(share, replay), shares)
+                done = [cell for found in pool.map(lambda share: self._run_share(share, patches), shares)
                         for cell in found]
             if done:
                 ledger = _ledger()
@@ -132,9 +132,10 @@ class WarmUp:
             self.seconds, self.ended_at = time.perf_counter() - started, time.time()
             (self.run_folder / DONE_FILE).write_text(f"{self.seconds:.1f}\n")
 
-    def start(self, replay: str | None) -> threading.Thread:
+    def start(self, patches: list[str]) -> threading.Thread:
+        """Compile in the background, with the run's patch options (cell_matrix.patch_args) applied."""
         (self.run_folder / STARTED_FILE).write_text(f"{len(self.to_compile)} configurations\n")
-        thread = threading.Thread(target=self._run, args=(replay,), daemon=True)
+        thread = threading.Thread(target=self._run, args=(patches,), daemon=True)
         thread.start()
         return thread
 

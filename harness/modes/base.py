@@ -38,7 +38,9 @@ class SpecMode(Protocol):
     takes_draft_window: bool  # draft_window / draft_sink apply (the multi-step draft decode)
     windowed: bool  # a case gives input_lens (the window each request brings)
     min_prefix_len: int  # the shortest committed prefix production runs this mode on
+    most_committed_why: str  # why one step commits at most most_committed tokens (for error lines)
 
+    def most_committed(self, num_steps: int, window: int | None) -> int: ...  # see case_limits.max_committed_prefix
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def speculative_args(self, spec: CaseSpec) -> dict: ...  # --speculative-* server args
     def worker_skip_reason(self, backend: BackendEntry, runner: str, spec: CaseSpec) -> str | None: ...
@@ -56,6 +58,16 @@ class SpecMode(Protocol):
     def replay_spec_info(self, spec_info, static, tokens_per_request: int): ...
 
 
+EAGLE_MOST_COMMITTED_WHY = ("an EAGLE verify commits the root and the accepted drafts of one path, "
+                            "min(num_steps + 1, draft tokens)")
+
+
+def eagle_most_committed(num_steps: int, window: int | None) -> int:
+    """The most tokens one EAGLE step commits (eagle_sample's accept_lens: correct drafts + 1): a
+    path through the tree is at most num_steps drafts deep, and no longer than the window."""
+    return min(num_steps + 1, window or num_steps + 1)
+
+
 class ModeDefaults:
     """The hooks most modes answer alike; a mode overrides what its worker does differently."""
 
@@ -63,6 +75,7 @@ class ModeDefaults:
     takes_draft_window = False
     windowed = False
     min_prefix_len = 0  # only draft decode (and frozen-KV MTP drafts) shown never to run on an empty prefix
+    most_committed_why = EAGLE_MOST_COMMITTED_WHY
 
     def worker_skip_reason(self, backend: BackendEntry, runner: str, spec: CaseSpec) -> str | None:
         """Why the algorithm's worker never runs this backend / runner form (production refuses it)."""
@@ -79,6 +92,10 @@ class ModeDefaults:
     def rows_per_request(self, spec: CaseSpec) -> int:
         """Rows of the backend's batch per request: 1, or topk where the worker repeats each request."""
         return 1
+
+    def most_committed(self, num_steps: int, window: int | None) -> int:
+        """The most tokens one step of the algorithm commits to a request (EAGLE's rule by default)."""
+        return eagle_most_committed(num_steps, window)
 
 
 def fixed_window_problem(case: CaseSpec, required: str, rule: str) -> str | None:

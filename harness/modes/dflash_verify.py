@@ -67,6 +67,10 @@ class DFlashVerify(WindowedMode):
     capture_hidden = "FULL"  # the target captures hidden states for the draft's next block
     # Host-mirror dtypes as the worker builds them: committed (int64) + block, or nxt_kv_lens_cpu (int32).
     mirror_dtypes = {"full": torch.int64, "gpu_only": torch.int32}
+    most_committed_why = "a DFlash verify commits at most its block (the accepted drafts and the bonus token)"
+
+    def most_committed(self, num_steps: int, window: int | None) -> int:
+        return window or 1
 
     def validate(self, case: CaseSpec) -> str | None:
         problem = fixed_window_problem(case, "the DFlash block, speculative_num_draft_tokens",

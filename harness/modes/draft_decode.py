@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.reference import Query, spans_of
-from harness.modes.base import ForwardStep, ModeDefaults, base_fields, eagle_speculative_args
+from harness.modes.base import (EAGLE_MOST_COMMITTED_WHY, ForwardStep, ModeDefaults, base_fields,
+                                 eagle_most_committed, eagle_speculative_args)
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -38,6 +39,10 @@ class DraftDecode(ModeDefaults):
     forward_mode = "DECODE"
     takes_draft_window = True
     min_prefix_len = 1  # the prompt's one token at least: see the module docstring
+    most_committed_why = EAGLE_MOST_COMMITTED_WHY
+
+    def most_committed(self, num_steps: int, window: int | None) -> int:
+        return eagle_most_committed(num_steps, None)  # its verify window is at least num_steps + 1 tokens
 
     def validate(self, case: CaseSpec) -> str | None:
         if case.input_lens is not None:

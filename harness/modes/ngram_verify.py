@@ -33,6 +33,11 @@ NGRAM_MAX_BFS_BREADTH = 10
 class NgramVerify(TargetVerify):
     name = "ngram_verify"
     spec_algorithm = "NGRAM"
+    most_committed_why = ("an ngram tree has no depth cap (max_tree_depth = draft_token_num), so one path may "
+                          "hold all draft_token_num tokens")
+
+    def most_committed(self, num_steps: int, window: int | None) -> int:
+        return window
 
     def speculative_args(self, spec: CaseSpec) -> dict:
         """As sglang's _handle_ngram resolves them: topk is the BFS breadth, steps = tokens // topk.
