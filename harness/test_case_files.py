@@ -150,6 +150,12 @@ EXPECTED_ERRORS = {
     "draft_sink_without_window.yaml": ["field 'draft_sink'", "only with a draft_window"],
     "draft_window_too_large.yaml": ["field 'draft_window'", "1,000,000 is over 131,072"],
     "ngram_with_topk.yaml": ["field 'topk'", "topk does not apply, leave it at 1"],
+    # the model's sliding window
+    "sliding_window_one.yaml": ["case 'c'", "field 'sliding_window'", "1 is a window sglang cannot serve",
+                                "RadixAttention reads as no window", "give 0 (full attention) or at least 2"],
+    "sliding_window_with_draft_window.yaml": ["case 'c'", "field 'sliding_window'",
+                                              "takes sliding_window or draft_window / draft_sink, not both"],
+    "sliding_window_too_large.yaml": ["case 'c'", "field 'sliding_window'", "1,000,000 is over 131,072"],
 }
 
 
