@@ -188,11 +188,32 @@ _FLASHINFER_MERGES = (
 )
 
 
+def _installed_before(release: str) -> bool:
+    return releases.version_key(releases.installed().contracts) < releases.version_key(release)
+
+
+def _window_in_draft_decode_before(release: str) -> Callable[[str, "CaseSpec"], bool]:
+    return lambda mode, spec: bool(spec.sliding_window) and mode == "draft_decode" and _installed_before(release)
+
+
+def _window_in_paged_tree_verify(mode: str, spec: "CaseSpec") -> bool:
+    """A model window in a verify whose speculative topk is > 1 (every NGRAM verify: its topk is the
+    BFS breadth), on pages > 1 token; the topk is the mode's own server argument."""
+    from harness.modes import MODES
+
+    tree = MODES[mode].backend_role == "target" and MODES[mode].speculative_args(spec)["speculative_eagle_topk"] > 1
+    return bool(spec.sliding_window) and tree and spec.page_size > 1
+
+
 _TRITON_GRAPH_BUFFERS = frozenset({
     "cuda_graph_kv_indices",  # multi-step: one 2-D buffer, a row per step backend
     "cuda_graph_num_kv_splits",  # multi-step: one buffer shared by all step backends
     "cuda_graph_attn_logits", "cuda_graph_attn_lse",
     "_verify_mask.buffer",  # target role only
+})
+_TRITON_WINDOW = frozenset({  # with a model window (sliding_window): the window layers' read rail
+    "cuda_graph_window_kv_indices",  # multi-step 0.5.23+: also the owner's 2-D buffer, a row per step
+    "cuda_graph_window_num_kv_splits", "cuda_graph_window_kv_offsets",
 })
 _TRITON_LEAN_DECODE = frozenset({  # persistent-grid decode partials (0.5.19+)
     "cuda_graph_lean_Mp", "cuda_graph_lean_Lp", "cuda_graph_lean_Op", "cuda_graph_lean_locks"})
@@ -212,6 +233,7 @@ _FA_GRAPH_BUFFERS = frozenset({
     *_keys("draft_decode_metadata_topk_expand", *_FA_TABLES),
     *_keys("target_verify_metadata_topk_normal", *_FA_TABLES),
     *_keys("target_verify_metadata_topk_expand", *_FA_TABLES),
+    *_keys("target_verify_metadata_topk_swa", *_FA_TABLES),  # topk > 1 with a model window
     "_verify_mask.buffer",  # target role only
 })
 
@@ -225,6 +247,12 @@ def _flash_attention(version: int, import_check: str, min_capability: tuple[int,
                      "FlashAttentionMultiStepBackend", fa_impl_ver=version),
         min_capability=min_capability, dtypes=_HALF_PRECISION, dtype_reason=dtype_reason,
         graph_buffers=releases.since({"0.5.17": graph_buffers}), partial_merges=_FA_MERGES,
+        limits=(
+            Limit(_window_in_paged_tree_verify,
+                  "FlashAttention backend doesn't support topk > 1 speculative decoding with page size > 1 "
+                  "sliding window attention (flashattention_backend.py _init_sliding_window_attn_spec_metadata, "
+                  "0.5.17-0.5.23)"),
+        ),
     )
 
 
@@ -237,10 +265,16 @@ BACKENDS: dict[str, BackendEntry] = {
                          "TritonAttnBackend", "TritonMultiStepDraftBackend"),
             triton_kernels=True, cg_meta_exact=True, draft_window_since="0.5.21",
             graph_buffers=releases.since({
-                "0.5.17": _TRITON_GRAPH_BUFFERS,
-                "0.5.19": _TRITON_GRAPH_BUFFERS | _TRITON_LEAN_DECODE,
-                "0.5.23": _TRITON_GRAPH_BUFFERS | _TRITON_LEAN_DECODE | {"cuda_graph_uneven_batch"},
+                "0.5.17": _TRITON_GRAPH_BUFFERS | _TRITON_WINDOW,
+                "0.5.19": _TRITON_GRAPH_BUFFERS | _TRITON_WINDOW | _TRITON_LEAN_DECODE,
+                "0.5.23": _TRITON_GRAPH_BUFFERS | _TRITON_WINDOW | _TRITON_LEAN_DECODE | {"cuda_graph_uneven_batch"},
             }),
+            limits=(
+                Limit(_window_in_draft_decode_before("0.5.23"),
+                      "a sliding-window layer reads forward_metadata.window_kv_indices, which "
+                      "TritonMultiStepDraftBackend leaves None before sglang 0.5.23 (its per-step window rail, "
+                      "window_rail / generate_draft_decode_window_kv_indices, arrives in 0.5.23)"),
+            ),
         ),
         BackendEntry(
             name="flashinfer", server_arg="flashinfer", needs_gpu=True, import_check="flashinfer",

@@ -134,9 +134,23 @@ FIELD_RANGES: dict[str, Range] = {
                               "forward checks, and MHA models use 64 to 256", multiple_of=8),
     "draft_window": Range(0, MAX_ROW_TOKENS, "a window as long as the longest prefix already sees all of it"),
     "draft_sink": Range(0, MAX_ROW_TOKENS, "a sink as long as the longest prefix already sees all of it"),
+    "sliding_window": Range(0, MAX_ROW_TOKENS, "a window as long as the longest row already sees all of it"),
     "seed": Range(0, 2**32 - 1, "draft trees seed torch.Generator with seed x 1000 + request, "
                                 "which must stay within 64 bits"),
 }
+
+
+def sliding_window_problem(spec: "CaseSpec") -> str | None:
+    """What is wrong with the case's model window, else None (the range is FIELD_RANGES')."""
+    if spec.sliding_window == 1:
+        return ("1 is a window sglang cannot serve: the layer gets sliding_window - 1 = 0, which "
+                "RadixAttention reads as no window (sliding_window_size or -1); give 0 (full attention) "
+                "or at least 2")
+    if spec.sliding_window and (spec.draft_window or spec.draft_sink):
+        return ("no rule combines the model's window with the draft window / sink (sglang 0.5.23: Triton's "
+                "window layers read their own window rail and ignore the draft window, FlashInfer's read the "
+                "draft window's indices), so a case takes sliding_window or draft_window / draft_sink, not both")
+    return None
 
 
 def field_problem(spec: "CaseSpec") -> tuple[str, str] | None:
@@ -187,6 +201,15 @@ class CellSizes:
     dtype_bytes: int
 
 
+def _triton_window_indices(s: CellSizes) -> int:
+    """init_cuda_graph_state's window read rail: capture size x tokens per request x the window; the
+    step backends of a multi-step draft take zeros_like their kv_indices row, beside the owner's rail."""
+    if not s.spec.sliding_window:
+        return 0
+    per_token = 2 * s.graph_steps * s.context_len if s.graph_steps > 1 else s.spec.sliding_window
+    return INDEX_BYTES * s.graph_bs * s.tokens_per_request * per_token
+
+
 BUFFERS = (
     Buffer("the KV pool and the harness's copy of it (row tokens x 1.25 spare x num_kv_heads x "
            "head_dim x K and V x 2 copies)",
@@ -199,6 +222,9 @@ BUFFERS = (
            lambda s: s.graph_steps * s.graph_bs * s.rows_per_request * s.tokens_per_request * s.context_len
            * INDEX_BYTES,
            "capture_bs"),
+    Buffer("Triton's CUDA-graph window kv_indices, with a sliding_window (capture size x tokens per "
+           "request x the window x int64; a multi-step draft's step backends each copy their kv_indices row)",
+           _triton_window_indices, "capture_bs"),
     Buffer("Triton's CUDA-graph attention logits (capture size x rows x tokens per request x num_heads x "
            f"{TRITON_KV_SPLITS} splits x head_dim x fp32, per step backend)",
            lambda s: max(s.graph_steps - 1, 1) * s.graph_bs * s.rows_per_request * s.tokens_per_request

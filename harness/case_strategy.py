@@ -6,7 +6,7 @@ size buffers and bounds from: the model's context wall (the longest committed pr
 speculative step runs on, case_limits.max_committed_prefix) and one token short of it, page
 boundaries, sglang's capture sizes and their neighbours, the shortest prefixes a mode runs on
 (0 and 1 tokens; 1 and 2 in draft decode, whose committed length is never 0), one request and
-many. Validity is the schema's own: a draw goes through CaseSpec, the loader's mode and
+many; the model's sliding window at the same edges, around a request's prefix. Validity is the schema's own: a draw goes through CaseSpec, the loader's mode and
 size rules (cases.spec_problem) and the backend entry's skip rules, and is redrawn if any says
 no or if it costs more than the profile's caps. The names drawn come from the registries
 (MODES, the machine's BACKENDS x RUNNER_FORMS) and the schema's vocabularies. The smallest or
@@ -34,6 +34,7 @@ from harness.sglang_env import decode_capture_sizes
 KV_LAYOUTS, HOST_MIRRORS, PAD_STYLES = get_args(KvLayout), get_args(HostMirrors), get_args(PadStyle)
 PREFIX_SCALES = (3, 64, 512, 4096)
 DRAFT_WINDOWS, DRAFT_SINKS = (0, 1, 16, 64), (0, 1, 4)
+SMALLEST_MODEL_WINDOW = 2  # a sliding_window of 1 reaches sglang's layer as 0, which it reads as no window
 SHAPE_ATTEMPTS, SIZE_ATTEMPTS = 4, 4  # bounded: hypothesis caps the choices of one draw
 
 
@@ -130,9 +131,28 @@ def _shape(draw, mode: str, profile: DrawProfile) -> dict:
     return shape
 
 
+@st.composite
+def _sliding_window(draw, prefix_lens: list[int], reach: int, page_size: int) -> int:
+    """The model's window: none (0, where hypothesis shrinks to) half the time; else its edges, drawn
+    around one request's prefix: the smallest window sglang serves, just below, at and just above the
+    prefix, the page boundaries next to it, a window over every row (the longest prefix + ``reach``,
+    the tokens a query reaches past it), or any length up to that."""
+    if not draw(st.booleans()):
+        return 0
+    prefix = draw(st.sampled_from(prefix_lens))
+    over_every_row = max(prefix_lens) + reach
+    pages = {edge for boundary in (prefix // page_size * page_size, -(-prefix // page_size) * page_size)
+             for edge in (boundary - 1, boundary, boundary + 1)} if page_size > 1 else set()
+    edges = {SMALLEST_MODEL_WINDOW, prefix - 1, prefix, prefix + 1, over_every_row, *pages}
+    return draw(st.one_of(st.sampled_from(sorted(w for w in edges if w >= SMALLEST_MODEL_WINDOW)),
+                          st.integers(SMALLEST_MODEL_WINDOW, max(over_every_row, SMALLEST_MODEL_WINDOW))))
+
+
 @functools.lru_cache(maxsize=None)
-def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: DrawProfile) -> st.SearchStrategy:
-    """The case's sizes: model dimensions, context, batch, window, prefixes, capture size.
+def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: DrawProfile,
+           model_window: bool = False) -> st.SearchStrategy:
+    """The case's sizes: model dimensions, context, batch, window, prefixes, capture size, and (where
+    the case has no draft window: the two do not combine) the model's sliding window.
 
     The window comes before the prefixes: the wall they are drawn up to depends on it.
     """
@@ -160,6 +180,9 @@ def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: Draw
             drawn["capture_bs"] = [capture]
             if capture > bs:
                 drawn["pad_styles"] = [draw(st.sampled_from(PAD_STYLES))]
+        if model_window:
+            reach = drawn["input_lens"] if windowed else num_steps  # an int: the loader repeats it
+            drawn["sliding_window"] = draw(_sliding_window(drawn["prefix_lens"], reach, page_size))
         return drawn
 
     return sizes()
@@ -176,7 +199,8 @@ def drawn_cases(draw, profile: DrawProfile) -> DrawnCase:
     mode = draw(st.sampled_from(tuple(MODES)))
     for _ in range(SHAPE_ATTEMPTS):
         shape = draw(_shape(mode, profile))
-        sizes = _sizes(mode, RUNNER_FORMS[shape["runners"][0]].graph, shape["page_size"], shape["num_steps"], profile)
+        sizes = _sizes(mode, RUNNER_FORMS[shape["runners"][0]].graph, shape["page_size"], shape["num_steps"],
+                       profile, model_window=not shape.get("draft_window"))
         for _ in range(SIZE_ATTEMPTS):
             fields = {**shape, **draw(sizes)}
             if why_not_runnable(mode, fields, profile) is None:

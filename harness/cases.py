@@ -101,6 +101,11 @@ class CaseSpec(BaseModel):
         description="draft decode only: --speculative-draft-window-size (0 = off); the draft attends "
         "draft_sink prefix tokens + the most recent draft_window, then its own branch")
     draft_sink: int = Field(default=0, description="draft decode only: --speculative-draft-sink-size")
+    sliding_window: int = Field(
+        default=0,
+        description="the model's sliding window, as its HF config names it (0 = full attention): a query "
+        "at position p attends keys at positions k with p - k < sliding_window; sglang's layer gets "
+        "sliding_window - 1, as Gemma 2's get_attention_sliding_window_size gives it")
     seed: int = 0
 
     @model_validator(mode="before")
@@ -129,6 +134,9 @@ class CaseSpec(BaseModel):
             if lengths is not None and len(lengths) != self.bs:
                 return field, (f"has {len(lengths)} entries but bs is {self.bs} "
                                "(one per request, or one number for all)")
+        window = case_limits.sliding_window_problem(self)
+        if window:
+            return "sliding_window", window
         if self.num_heads % self.num_kv_heads:
             return "num_heads", f"{self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}"
         if any(size < self.bs for size in self.capture_bs):

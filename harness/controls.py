@@ -28,6 +28,26 @@ def with_long_prefix(cell: Cell, prefix: int) -> Cell:
     return dataclasses.replace(cell, case=Case(cell.case.mode, long_spec, cell.case.source))
 
 
+def census_run(cell: Cell):
+    """Run a control cell; (its result, its own batch's comparisons with the reference, the names of
+    those the key census did not flag). A cell that cannot run here skips the calling test.
+
+    A graph cell's extra replay batch (harness/cell_matrix.py replay_batches) holds other requests,
+    which the broken thing need not touch, so only the cell's own batch is held to account.
+    """
+    import pytest
+
+    from harness.run_cell import CellSkipped, run_cell
+
+    try:
+        result = run_cell(cell)
+    except CellSkipped as reason:
+        pytest.skip(str(reason))
+    against_reference = {name: c for name, c in result.comparisons.items()
+                         if "vs reference" in name and "extra bs" not in name}
+    return result, against_reference, [name for name, c in against_reference.items() if c.census_mismatch_frac == 0]
+
+
 def misdirect_one_key(state) -> str:
     """Point one committed KV position of the batch at another request's written slot.
 

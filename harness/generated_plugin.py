@@ -165,7 +165,7 @@ def pytest_sessionstart(session):
     profile = config.getoption("--generated-profile") or ("gpu" if platform.HAS_GPU else "cpu")
     seed = config.getoption("--generated-seed")
     started = time.time()
-    tier = generated_tier(PROFILES[profile], seed, count)
+    tier = generated_tier(PROFILES[profile], seed, count, known=config._attn_known)
     draw_s = time.time() - started
     cells = [cell for cell in expand_cells([g.case for g in tier]) if in_shard(cell, config._attn_shard)]
     by_case = {g.case.case_id: g for g in tier}

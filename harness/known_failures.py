@@ -1,6 +1,7 @@
 """The known-failures ledger: KNOWN_FAILURES.md, readable Markdown that is also strict data.
 
-Each entry selects cells (backend, mode, runner, cases), must cite where the bug is tracked
+Each entry selects cells (backend, mode, runner, cases; optionally the sglang releases the bug is in,
+matched against the installed release), must cite where the bug is tracked
 upstream, and gives the bug's signature: its failure class (harness/failure_class.py) and, for
 a numeric class, the max_abs_err range it was measured with and a margin. A selected cell is a
 strict xfail only while it fails inside that signature: a fixed bug surfaces as an unexpected
@@ -24,6 +25,7 @@ from typing import Iterable, Mapping
 
 from harness import ROOT
 from harness.failure_class import FAILURE_CLASSES, MEASURED, Failure
+from harness.releases import KNOWN_RELEASES
 from harness.runners import RUNNER_NAMES as RUNNERS
 from harness.seed_bugs import FIXES
 
@@ -49,6 +51,9 @@ SIGNATURE_FIELDS = {
                     "e.g. '0.0036-0.0156, margin x2' (covers 0.0018 to 0.0312)"),
 }
 OPTIONAL_FIELDS = {
+    "releases": (f"comma-separated globs over the sglang release whose contracts apply, among "
+                 f"{', '.join(KNOWN_RELEASES)}, e.g. '0.5.1[7-9], 0.5.2[0-2]' for a bug fixed in 0.5.23; "
+                 "left out, every release"),
     "evidence": "where the failure was seen: a report path, a CI link, numbers",
     "fixed_by": f"the harness fix that makes these cells pass, one of {', '.join(FIXES)} (harness/seed_bugs.py): "
                 "under --apply-fix with it the entry stands aside",
@@ -111,15 +116,22 @@ class KnownFailure:
     evidence: str | None
     source: str  # "KNOWN_FAILURES.md:12", the entry's heading
     fixed_by: str | None = None  # a harness fix (seed_bugs.FIXES) under which these cells must pass
+    releases: tuple[str, ...] = ("*",)  # the sglang releases (contracts) the bug is in
 
     def matches(self, cell: Mapping) -> bool:
-        """True when the cell (needs cell_id, case, backend, mode, runner) is in this entry's scope."""
+        """True when the cell (needs cell_id, case, backend, mode, runner) is in this entry's scope
+        on the installed sglang release."""
         return (
-            _any_match(self.backend, cell["backend"])
+            self.on_installed_release
+            and _any_match(self.backend, cell["backend"])
             and _any_match(self.mode, cell["mode"])
             and _any_match(self.runner, cell["runner"])
             and (_any_match(self.cases, cell["cell_id"]) or _any_match(self.cases, cell["case"]))
         )
+
+    @property
+    def on_installed_release(self) -> bool:
+        return _any_match(self.releases, _installed_release())
 
     @property
     def xfail_reason(self) -> str:
@@ -150,6 +162,12 @@ class KnownFailure:
 
 def _any_match(globs: tuple[str, ...], value: str) -> bool:
     return any(fnmatchcase(value, glob) for glob in globs)
+
+
+def _installed_release() -> str:
+    from harness.releases import installed
+
+    return installed().contracts
 
 
 @dataclass
@@ -215,11 +233,11 @@ def _selector(path: Path, entry: _RawEntry, name: str) -> tuple[str, ...]:
     globs = tuple(part.strip().strip("`").strip() for part in value.split(","))
     where = f"{path}:{line}: entry {entry.id}: field '{name}'"
     if not all(globs):
-        raise KnownFailuresError(f"{where}: '{value}' has an empty item; expected {SELECTOR_FIELDS[name]}")
-    if name == "runner":
-        for glob in globs:
-            if not any(fnmatchcase(runner, glob) for runner in RUNNERS):
-                raise KnownFailuresError(f"{where}: '{glob}' matches no runner; expected {SELECTOR_FIELDS[name]}")
+        raise KnownFailuresError(f"{where}: '{value}' has an empty item; expected {FIELDS[name]}")
+    choices = {"runner": RUNNERS, "releases": KNOWN_RELEASES}.get(name)
+    for glob in globs if choices else ():
+        if not any(fnmatchcase(choice, glob) for choice in choices):
+            raise KnownFailuresError(f"{where}: '{glob}' matches no {name.rstrip('s')}; expected {FIELDS[name]}")
     return globs
 
 
@@ -261,6 +279,7 @@ def _build(path: Path, entry: _RawEntry) -> KnownFailure:
         evidence=evidence[0] if evidence else None,
         source=f"{path}:{entry.line}",
         fixed_by=fixed_by[0] if fixed_by else None,
+        releases=_selector(path, entry, "releases") if "releases" in entry.fields else ("*",),
     )
 
 
@@ -317,10 +336,12 @@ def match(entries: Iterable[KnownFailure], cell: Mapping) -> KnownFailure | None
 
 
 def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping]) -> list[KnownFailure]:
-    """Entries that match none of the executed cells: fixed, renamed, or mistyped.
+    """Entries that match none of the executed cells: fixed, renamed, or mistyped. An entry for
+    other releases than the installed one is not stale here: its bug is not in this release.
 
     Takes the cells rather than their ids because an entry selects on backend, mode and runner,
     which an id does not spell out reliably.
     """
     cells = list(executed_cells)
-    return [entry for entry in entries if not any(entry.matches(cell) for cell in cells)]
+    return [entry for entry in entries
+            if entry.on_installed_release and not any(entry.matches(cell) for cell in cells)]

@@ -36,7 +36,8 @@ from harness.pools import BatchState, StepInputs, build_layout, build_state, dra
 from harness.results import PhaseClock
 from harness.runners import RUNNER_FORMS
 from harness.runners.cuda_graph import CapturedGraph, GraphPlan
-from harness.sglang_env import model_runner, scheduler_keeps_host_mirrors, server_fields, sglang_state
+from harness.sglang_env import (layer_sliding_window, model_runner, scheduler_keeps_host_mirrors, server_fields,
+                                sglang_state)
 
 
 class CellSkipped(Exception):
@@ -288,8 +289,10 @@ def prepared_cell(cell: Cell, clock: PhaseClock) -> Iterator[PreparedCell]:
         with clock.phase("backend"):
             _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
             scale = spec.head_dim ** -0.5
+            window = layer_sliding_window(spec)
             layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0,
-                                   attn_type=AttentionType[mode.attn_type])
+                                   attn_type=AttentionType[mode.attn_type],
+                                   **({} if window is None else {"sliding_window_size": window}))
         with clock.phase("inputs_reference"):
             prepared = {}
             for run, state in zip(in_pools, states):

@@ -57,6 +57,22 @@ def sglang_state(fields: dict) -> Iterator[object]:
         override.restore()
 
 
+def layer_sliding_window(spec: CaseSpec) -> int | None:
+    """The layer's sliding_window_size for the case's model window, or None without one.
+
+    Asked from sglang's Gemma 2 model code (models/gemma2.py get_attention_sliding_window_size:
+    the HF sliding_window minus one), which gives the same number to RadixAttention and, through
+    the model, to model_runner.sliding_window_size. Gemma 2/3 run without the hybrid SWA pool
+    (sglang's gemma2_gemma3 overrides set disable_hybrid_swa_memory), so the pools stay the
+    ordinary ones.
+    """
+    if not spec.sliding_window:
+        return None
+    from sglang.srt.models.gemma2 import get_attention_sliding_window_size
+
+    return get_attention_sliding_window_size(SimpleNamespace(sliding_window=spec.sliding_window))
+
+
 def model_config(spec: CaseSpec, context_len: int) -> SimpleNamespace:
     import torch
     import transformers
@@ -134,7 +150,7 @@ def model_runner(spec: CaseSpec, pools: SimpleNamespace, server_args, device: st
         token_to_kv_pool=pools.kv,
         token_to_kv_pool_allocator=SimpleNamespace(page_size=spec.page_size,
                                                    get_kvcache=lambda: pools.kv),
-        sliding_window_size=None,
+        sliding_window_size=layer_sliding_window(spec),
         page_size=spec.page_size,
         model_config=model_config(spec, pools.context_len),
         device=device,

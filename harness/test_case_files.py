@@ -159,6 +159,12 @@ EXPECTED_ERRORS = {
     "dflash_reservation_past_row.yaml": ["field 'prefix_lens'", "take 4122 slots", "past the 4116 columns"],
     "frozen_draft_with_window.yaml": ["field 'input_lens'", "topk query rows per request; drop input_lens"],
     "frozen_draft_empty_prefix.yaml": ["field 'prefix_lens'", "at least 1 committed token"],
+    # the model's sliding window
+    "sliding_window_one.yaml": ["case 'c'", "field 'sliding_window'", "1 is a window sglang cannot serve",
+                                "RadixAttention reads as no window", "give 0 (full attention) or at least 2"],
+    "sliding_window_with_draft_window.yaml": ["case 'c'", "field 'sliding_window'",
+                                              "takes sliding_window or draft_window / draft_sink, not both"],
+    "sliding_window_too_large.yaml": ["case 'c'", "field 'sliding_window'", "1,000,000 is over 131,072"],
 }
 
 

@@ -125,6 +125,26 @@ def test_draws_reach_the_context_wall(what):
     assert why_not_runnable(drawn.mode, drawn.fields, PROFILES["cpu"]) is None
 
 
+def test_model_windows_are_drawn_at_their_edges_outside_the_known_failures(tier):
+    """The model's sliding window: none, the smallest sglang serves (2), at a request's prefix or one off
+    it, past every row; never with a draft window; no draw a KNOWN_FAILURES.md entry covers."""
+    from harness.known_failures import KNOWN_FAILURES_FILE, load_known_failures, match
+
+    _, generated = tier
+    known, seen = load_known_failures(KNOWN_FAILURES_FILE), set()
+    for item in generated:
+        spec, (cell,) = item.case.spec, expand_cells([item.case])
+        assert not match(known, cell.record_keys()), cell.cell_id
+        assert not (spec.sliding_window and spec.draft_window) and spec.sliding_window != 1
+        assert (f"w{spec.sliding_window}" in spec.name) == bool(spec.sliding_window)
+        window = spec.sliding_window
+        seen |= {label for label, hit in (
+            ("none", not window), ("smallest", window == 2),
+            ("a prefix, one off", any(abs(window - p) <= 1 for p in spec.prefix_lens) and window > 2),
+            ("over the longest prefix", window > max(spec.prefix_lens) + 1)) if hit}
+    assert seen == {"none", "smallest", "a prefix, one off", "over the longest prefix"}, seen
+
+
 _GENERATE = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[1])

@@ -113,12 +113,15 @@ def test_a_buffer_the_entry_does_not_declare_fails():
         check_declared(found.named, BACKENDS["fa4"].graph_buffers.value, "fa4")
 
 
-TRITON_ROLES = {  # one cell per role and topk, and the draft window (sglang 0.5.21+)
+TRITON_ROLES = {  # one cell per role and topk, the draft window (sglang 0.5.21+) and the model's window
     "target": "target_verify-tree-bs3-dtypefloat32-triton-cg_meta-cbs3-nopad",
     "draft": "draft_extend_v2-window4-bs2-dtypefloat32-triton-cg_meta-cbs2-nopad",
     "draft_multi_step topk 1": "draft_decode-chain-bs2-dtypefloat32-triton-cg_meta-cbs2-nopad",
     "draft_multi_step topk 2": "draft_decode-topk2-bs3-dtypefloat32-triton-cg_meta-cbs3-nopad",
     "draft_multi_step window": "draft_decode-window-sink-dtypefloat32-triton-cg_meta-cbs3-nopad",
+    "target sliding window": "target_verify-swa-chain-dtypefloat32-triton-cg_meta-cbs5-prod_fill",
+    "draft sliding window": "draft_extend_v2-swa-window4-dtypefloat32-triton-cg_meta-cbs5-prod_fill",
+    "draft_multi_step sliding window": "draft_decode-swa-edge-dtypefloat32-triton-cg_meta-cbs3-prod_fill",
 }
 
 

@@ -129,6 +129,10 @@ MALFORMED = {
         ENTRY.replace("runner: cuda_graph", "runner: graph"),
         ["KNOWN_FAILURES.md:4", "field 'runner'", "'graph' matches no runner", f"{', '.join(RUNNERS)} or *"],
     ),
+    "bad release": (
+        ENTRY.replace("- class: numeric", "- releases: 0.4.*\n- class: numeric"),
+        ["KNOWN_FAILURES.md:9", "field 'releases'", "'0.4.*' matches no release", "0.5.17, 0.5.18"],
+    ),
     "bad heading": (
         ENTRY.replace("## KF-fa4-tree-graph", "## fa4 tree graph"),
         ["KNOWN_FAILURES.md:1", "'## fa4 tree graph' must read '## KF-<slug>'"],
@@ -162,6 +166,20 @@ def test_match_selectors(tmp_path):
     assert match(entries, cell(cell_id="x", case="chain-bs1")).id == "KF-fa4-tree-graph"  # over the case
     assert match(entries, cell(runner="eager")) is None
     assert match(entries, cell(backend="triton", runner="eager")).id == "KF-any-triton"
+
+
+def test_releases_select_the_installed_release(tmp_path, monkeypatch):
+    """An entry for a bug fixed in a later release covers only the releases it is in."""
+    import harness.known_failures as known_failures
+
+    fixed_later = ENTRY.replace("- class: numeric", "- releases: 0.5.1[7-9], 0.5.2[0-2]\n- class: numeric")
+    [entry] = load_known_failures(write(tmp_path, fixed_later))
+    assert entry.releases == ("0.5.1[7-9]", "0.5.2[0-2]")
+    for release, covered in (("0.5.17", True), ("0.5.22", True), ("0.5.23", False)):
+        monkeypatch.setattr(known_failures, "_installed_release", lambda: release)
+        assert (match([entry], cell()) is entry) is covered, release
+    assert stale([entry], []) == []  # on 0.5.23 the bug is not there: not stale, out of scope
+    assert load_known_failures(write(tmp_path, ENTRY))[0].releases == ("*",)  # left out: every release
 
 
 def test_stale(tmp_path):

@@ -179,3 +179,55 @@ def test_frozen_kv_mtp_verify_is_eagles_verify():
     case = spec(prefix_lens=[2], topk=2, input_lens=5, seed=3)
     assert visible(FROZEN_KV_MTP_VERIFY.steps(case)[0]) == visible(TARGET_VERIFY.steps(case)[0])
     assert FROZEN_KV_MTP_VERIFY.custom_mask(case).equal(TARGET_VERIFY.custom_mask(case))
+
+
+# --- the model's sliding window (HF: a query at position p sees keys k with p - k < sliding_window) ---
+
+def test_target_verify_chain_in_a_sliding_window():
+    """prefix 5, window 3: the token at position 5 + t sees positions 3 + t .. 5 + t."""
+    (step,) = TARGET_VERIFY.steps(spec(prefix_lens=[5], input_lens=4, sliding_window=3))
+    assert visible(step) == [(0, (3, 4, 5)), (0, (4, 5, 6)), (0, (5, 6, 7)), (0, (6, 7, 8))]
+
+
+def test_target_verify_tree_window_counts_depth_not_rows(monkeypatch):
+    """Tree [-1, 0, 0, 1, 2] after a 2-token prefix, window 3: node n sits at row 2 + n but at
+    position 2 + its depth (0, 1, 1, 2, 2). Node 4 (row 6, position 4) keeps its root (row 2,
+    position 2) and parent (row 4); counted by rows, the root would fall out of the window."""
+    monkeypatch.setattr(target_verify, "draft_tree", lambda case, request: TREE)
+    (step,) = TARGET_VERIFY.steps(spec(prefix_lens=[2], topk=2, input_lens=5, sliding_window=3))
+    assert visible(step) == [(0, (0, 1, 2)), (0, (1, 2, 3)), (0, (1, 2, 4)), (0, (2, 3, 5)), (0, (2, 4, 6))]
+    # the tree mask backends get is the tree's, with no window in it (the window is the layer's)
+    unwindowed = spec(prefix_lens=[2], topk=2, input_lens=5)
+    assert torch.equal(TARGET_VERIFY.custom_mask(spec(prefix_lens=[2], topk=2, input_lens=5, sliding_window=3)),
+                       TARGET_VERIFY.custom_mask(unwindowed))
+
+
+def test_ngram_verify_window_counts_depth_not_rows(monkeypatch):
+    """parents [-1, 0, 1, 1, 3] after 1 token, window 2: node 4 (row 5, depth 3, position 4) sees
+    its parent node 3 (row 4, position 3) and itself."""
+    monkeypatch.setattr(type(NGRAM_VERIFY), "tree", lambda self, case, request: [-1, 0, 1, 1, 3])
+    (step,) = NGRAM_VERIFY.steps(spec(prefix_lens=[1], input_lens=5, sliding_window=2))
+    assert visible(step) == [(0, (0, 1)), (0, (1, 2)), (0, (2, 3)), (0, (2, 4)), (0, (4, 5))]
+
+
+def test_draft_extend_v2_in_a_sliding_window():
+    (step,) = DRAFT_EXTEND_V2.steps(spec(prefix_lens=[4], input_lens=3, sliding_window=2))
+    assert visible(step) == [(0, (3, 4)), (0, (4, 5)), (0, (5, 6))]
+
+
+@pytest.mark.parametrize("window, step1_branch1", [(2, (7, 8)), (3, (3, 7, 8))])
+def test_draft_decode_window_counts_steps_not_rows(window, step1_branch1):
+    """prefix 4, topk 2: branch 1's token of step s sits at row 7 + s but at position 4 + s."""
+    step0, step1 = DRAFT_DECODE.steps(spec(prefix_lens=[4], topk=2, sliding_window=window))
+    oldest = 4 - window + 1  # the first prefix position step 0 (position 4) keeps
+    assert visible(step0) == [(0, (*range(oldest, 4), 4)), (0, (*range(oldest, 4), 7))]
+    assert visible(step1)[1] == (0, step1_branch1)
+
+
+@pytest.mark.parametrize("mode", [TARGET_VERIFY, DRAFT_EXTEND_V2, DRAFT_DECODE], ids=lambda mode: mode.name)
+def test_a_window_over_every_row_changes_nothing(mode):
+    fields = dict(bs=2, prefix_lens=[7, 3], topk=2)
+    if mode is not DRAFT_DECODE:
+        fields["input_lens"] = 5
+    wide, full = spec(**fields, sliding_window=64), spec(**fields)
+    assert [visible(step) for step in mode.steps(wide)] == [visible(step) for step in mode.steps(full)]

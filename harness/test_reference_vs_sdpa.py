@@ -80,3 +80,45 @@ def test_positions_no_query_sees_may_hold_nan():
     clean = reference_attention(q, queries, [k], [v], 0.25)
     poisoned = reference_attention(q, queries, [poisoned_k], [poisoned_v], 0.25)
     assert torch.equal(clean, poisoned)
+
+
+def against_mask(queries: list[Query], row_len: int, mask: torch.Tensor, num_heads: int = 4, num_kv_heads: int = 2):
+    """The reference on the modes' own visibility lists against SDPA given ``mask``, built here apart."""
+    gen = torch.Generator().manual_seed(7)
+    q = draw(len(queries), num_heads, gen)
+    k, v = draw(row_len, num_kv_heads, gen), draw(row_len, num_kv_heads, gen)
+    scale = HEAD_DIM ** -0.5
+    got = reference_attention(q, queries, [k], [v], scale)
+    torch.testing.assert_close(got, sdpa(q, k, v, mask, scale), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("window", [2, 5, 9, 40])
+def test_sliding_window_chain_is_a_band(window):
+    """Draft extend of 6 tokens after 9: a query at position p attends keys p - window < k <= p."""
+    from harness.cases import CaseSpec
+    from harness.modes import DRAFT_EXTEND_V2
+
+    case = CaseSpec(name="band", bs=1, prefix_lens=[9], input_lens=6, sliding_window=window)
+    (step,) = DRAFT_EXTEND_V2.steps(case)
+    query = torch.arange(9, 15)[:, None]
+    key = torch.arange(15)[None, :]
+    against_mask(step.queries, 15, (key <= query) & (query - key < window))
+
+
+@pytest.mark.parametrize("window", [2, 3, 6])
+def test_sliding_window_tree_is_a_band_over_depth(window, monkeypatch):
+    """Tree [-1, 0, 0, 1, 2] after 4 tokens: ancestors-and-self, within the window counted on
+    positions (prefix + depth), not rows."""
+    from harness.cases import CaseSpec
+    from harness.modes import TARGET_VERIFY, target_verify
+
+    parents = [-1, 0, 0, 1, 2]
+    monkeypatch.setattr(target_verify, "draft_tree", lambda case, request: parents)
+    case = CaseSpec(name="tree", bs=1, prefix_lens=[4], topk=2, input_lens=5, sliding_window=window)
+    (step,) = TARGET_VERIFY.steps(case)
+    depth = torch.tensor([0, 1, 1, 2, 2])
+    position = torch.cat([torch.arange(4), 4 + depth])  # of each row: prefix, then the nodes
+    ancestor = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]])
+    seen = torch.cat([torch.ones(5, 4, dtype=torch.bool), ancestor.bool()], dim=1)
+    in_window = position[4:, None] - position[None, :] < window
+    against_mask(step.queries, 9, seen & in_window)

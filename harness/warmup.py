@@ -27,9 +27,10 @@ from harness.case_strategy import DrawnCase
 from harness.cell_matrix import Cell, skip_reason
 from harness.runners import RUNNER_FORMS
 
-# The case fields compiled kernels specialise on (constexpr sizes, dtypes, paging), beside the
-# backend, the mode and the runner form. Lengths and batch sizes are run-time arguments.
-KERNEL_FIELDS = ("dtype", "head_dim", "num_heads", "num_kv_heads", "page_size")
+# The case fields compiled kernels specialise on (constexpr sizes, dtypes, paging, the model's window:
+# Triton's extend kernel takes SLIDING_WINDOW_SIZE as a constexpr), beside the backend, the mode and
+# the runner form. Lengths and batch sizes are run-time arguments.
+KERNEL_FIELDS = ("dtype", "head_dim", "num_heads", "num_kv_heads", "page_size", "sliding_window")
 WARM_UP_TIMEOUT_S = 600
 # In the run folder: written by the controller when the pass starts and when it ends. Cells are
 # scheduled only after the controller's collection hooks return, so a worker's first cell always

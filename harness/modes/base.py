@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from harness.reference import Query
+from harness.reference import Query, spans_of
 
 if TYPE_CHECKING:
     import torch
@@ -96,6 +96,22 @@ class ModeDefaults:
     def most_committed(self, num_steps: int, window: int | None) -> int:
         """The most tokens one step of the algorithm commits to a request (EAGLE's rule by default)."""
         return eagle_most_committed(num_steps, window)
+
+
+def visible_spans(spec: CaseSpec, position: int, prefix: tuple[range, ...] = (),
+                  own: tuple[tuple[int, int], ...] = ()) -> tuple[tuple[int, int], ...]:
+    """The row positions a query at model ``position`` sees, inside the model's sliding window.
+
+    ``prefix``: committed row ranges (a committed token's row position is its model position);
+    ``own``: the query's draft tokens as (row position, model position), e.g. a tree node's row
+    prefix + node at model position prefix + depth. With ``sliding_window`` W the query keeps only
+    keys at model positions k with position - k < W (HF's rule); every mode's visibility goes
+    through here, so the window is applied on positions as the model defines them, never on rows.
+    """
+    window = spec.sliding_window
+    oldest = position - window + 1 if window else 0
+    return spans_of(*(range(max(part.start, oldest), part.stop) for part in prefix),
+                    *(row for row, at in own if at >= oldest))
 
 
 def fixed_window_problem(case: CaseSpec, required: str, rule: str) -> str | None:

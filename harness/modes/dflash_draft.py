@@ -22,9 +22,14 @@ back to flashinfer for it; its TARGET_VERIFY limit skips it first.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from harness.modes.dflash_verify import DFlashVerify
+
+if TYPE_CHECKING:
+    from harness.cases import CaseSpec
 
 
 class DFlashDraft(DFlashVerify):
@@ -33,6 +38,12 @@ class DFlashDraft(DFlashVerify):
     attn_type = "ENCODER_ONLY"
     capture_hidden = "NULL"
     mirror_dtypes = {"full": torch.int32, "gpu_only": torch.int32}
+
+    def validate(self, case: CaseSpec) -> str | None:
+        if case.sliding_window:
+            return ("sliding_window: the DFlash draft's layers are non-causal (ENCODER_ONLY); which keys a "
+                    "window leaves them is not modelled here (the verify side takes it)")
+        return super().validate(case)
 
     def visible_block(self, token: int, block: int) -> range:
         """The whole block, whatever the token: the draft's layers are non-causal."""

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.case_limits import model_context_len
-from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem
-from harness.reference import Query, spans_of
+from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem, visible_spans
+from harness.reference import Query
 from harness.releases import since
 
 if TYPE_CHECKING:
@@ -118,7 +118,8 @@ class DFlashVerify(WindowedMode):
         for request, prefix in enumerate(spec.prefix_lens):
             for token in range(block):
                 seen = self.visible_block(token, block)
-                queries.append(Query(request, spans_of(range(prefix), range(prefix + seen.start, prefix + seen.stop))))
+                queries.append(Query(request, visible_spans(spec, prefix + token, (
+                    range(prefix), range(prefix + seen.start, prefix + seen.stop)))))
                 writes.append((request, prefix + token))
                 labels.append(f"request {request} block token {token}")
         return [ForwardStep(queries, writes, labels)]

@@ -6,7 +6,9 @@ steps; seq_lens = committed prefix; positions = prefix repeated per branch;
 out_cache_loc holds bs * topk * num_steps slots, branch k of request b owning
 row positions prefix + k * num_steps + s. Step s (0 .. num_steps - 2) runs on
 the multi-step backend's s-th backend; each branch's query sees the prefix and
-its own branch's tokens 0..s (its own token included, written by this step).
+its own branch's tokens 0..s (its own token included, written by this step),
+the token of step s sitting at model position prefix + s; a model window
+(sliding_window) keeps the keys within it of position prefix + s.
 
 A committed prefix of 0 is a state production never reaches here (sglang 0.5.23): the draft
 runs on the committed length (eagle_worker_common.prepare_for_draft builds the batch on
@@ -24,9 +26,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.reference import Query, spans_of
+from harness.reference import Query
 from harness.modes.base import (EAGLE_MOST_COMMITTED_WHY, ForwardStep, ModeDefaults, base_fields,
-                                 eagle_most_committed, eagle_speculative_args)
+                                 eagle_most_committed, eagle_speculative_args, visible_spans)
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -92,9 +94,11 @@ class DraftDecode(ModeDefaults):
             queries, writes, labels = [], [], []
             for request, prefix in enumerate(spec.prefix_lens):
                 for branch in range(spec.topk):
-                    own = [self.branch_position(spec, request, branch, s) for s in range(step + 1)]
-                    queries.append(Query(request, spans_of(*self.visible_prefix(spec, prefix), *own)))
-                    writes.append((request, own[-1]))
+                    # the branch's token of step s: its row, and model position prefix + s
+                    own = tuple((self.branch_position(spec, request, branch, s), prefix + s) for s in range(step + 1))
+                    seen = visible_spans(spec, prefix + step, self.visible_prefix(spec, prefix), own)
+                    queries.append(Query(request, seen))
+                    writes.append((request, own[-1][0]))
                     labels.append(f"step {step} request {request} branch {branch}")
             steps.append(ForwardStep(queries, writes, labels))
         return steps

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.reference import Query, spans_of
+from harness.reference import Query
 from harness.modes.base import (ForwardStep, WindowedMode, base_fields, fixed_window_problem,
-                                 host_mirror)
+                                 host_mirror, visible_spans)
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -39,7 +39,7 @@ class DraftExtendV2(WindowedMode):
         queries, writes, labels = [], [], []
         for request, prefix in enumerate(spec.prefix_lens):
             for token in range(window):
-                queries.append(Query(request, spans_of(range(prefix + token + 1))))
+                queries.append(Query(request, visible_spans(spec, prefix + token, (range(prefix + token + 1),))))
                 writes.append((request, prefix + token))
                 labels.append(f"request {request} extend token {token}")
         return [ForwardStep(queries, writes, labels)]

@@ -56,6 +56,9 @@ class FrozenKVMTPDraft(ModeDefaults):
     min_prefix_len = 1  # a decoding request holds at least its first token
 
     def validate(self, case: CaseSpec) -> str | None:
+        if case.sliding_window:
+            return ("sliding_window: the frozen-KV draft reads the target's KV at the target's layers; a "
+                    "window over it is not modelled here (the verify side takes it)")
         if case.input_lens is not None:
             return "input_lens: the frozen-KV draft brings topk query rows per request; drop input_lens"
         if min(case.prefix_lens) < self.min_prefix_len:

@@ -6,7 +6,9 @@ are written at out_cache_loc; seq_lens_sum / seq_lens_cpu mirror the prefix
 (None on the GPU-only path). A chain (topk 1) is causal within the window; a
 tree (topk > 1) lets each token see the prefix, its ancestors and itself,
 given to backends as spec_info.custom_mask: per request a
-[window, prefix + window] boolean block, flattened.
+[window, prefix + window] boolean block, flattened. A tree node sits at model
+position prefix + its depth (not its row, prefix + node): a model window
+(sliding_window) is applied on those positions.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.reference import Query, spans_of
-from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem
+from harness.reference import Query
+from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem, visible_spans
 
 if TYPE_CHECKING:
     from harness.cases import CaseSpec
@@ -84,8 +86,9 @@ class TargetVerify(WindowedMode):
         for request, prefix in enumerate(spec.prefix_lens):
             parents = self.tree(spec, request)
             for node in range(len(parents)):
-                seen = spans_of(range(prefix), *(prefix + a for a in ancestors_or_self(parents, node)))
-                queries.append(Query(request, seen))
+                chain = ancestors_or_self(parents, node)  # in depth order: node a sits at prefix + depth
+                own = tuple((prefix + a, prefix + depth) for depth, a in enumerate(chain))
+                queries.append(Query(request, visible_spans(spec, own[-1][1], (range(prefix),), own)))
                 writes.append((request, prefix + node))
                 labels.append(f"request {request} draft token {node}")
         return [ForwardStep(queries, writes, labels)]
