@@ -21,7 +21,7 @@ from harness.run_cell import CellSkipped, run_cell
 LONG_PREFIX = 253
 CASES = ("target_verify-chain-bs2", "target_verify-tree-bs3", "ngram_verify-tree8-bs3",
          "draft_extend_v2-window4-bs2", "draft_decode-chain-bs2", "draft_decode-topk2-bs3",
-         "draft_decode-window-sink")
+         "draft_decode-window-sink", "draft_decode-topk2-page16")
 
 
 def cell_ids():
