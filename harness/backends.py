@@ -124,6 +124,27 @@ def _mode_in(*modes: str) -> Callable[[str, "CaseSpec"], bool]:
 _HALF_PRECISION = ("float16", "bfloat16")
 
 
+def _paged_tree(algorithm: str) -> Callable[[str, "CaseSpec"], bool]:
+    """The mode runs under ``algorithm`` and drafts a tree (sglang's topk > 1) over pages."""
+
+    def applies(mode: str, spec: "CaseSpec") -> bool:
+        from harness.modes import MODES  # the registries import no backend; asked at call time
+
+        args = MODES[mode].speculative_args(spec)
+        return (spec.page_size > 1 and args.get("speculative_algorithm") == algorithm
+                and (args.get("speculative_eagle_topk") or 1) > 1)
+
+    return applies
+
+
+# What sglang's argument hooks refuse at server start, 0.5.17 to 0.5.23 (arg_groups/speculative_hook.py).
+_EAGLE_PAGED_TREE = Limit(_paged_tree("EAGLE"), "sglang serves speculative_eagle_topk > 1 with page_size > 1 "
+                          "on flashinfer, fa3 and triton only (_handle_eagle_family, _PAGE_TREE_SPEC_BACKENDS)")
+_NGRAM_PAGED = Limit(_paged_tree("NGRAM"), "sglang refuses NGRAM (topk = the BFS breadth > 1) with page_size > 1 "
+                     "except on flashinfer: 'unstable and produces incorrect results for paged attention "
+                     "backends' (_handle_ngram)")
+
+
 _TRITON_GRAPH_BUFFERS = frozenset({
     "cuda_graph_kv_indices",  # multi-step: one 2-D buffer, a row per step backend
     "cuda_graph_num_kv_splits",  # multi-step: one buffer shared by all step backends
@@ -153,14 +174,14 @@ _FA_GRAPH_BUFFERS = frozenset({
 
 
 def _flash_attention(version: int, import_check: str, min_capability: tuple[int, int],
-                     dtype_reason: str, graph_buffers: frozenset[str]) -> BackendEntry:
+                     dtype_reason: str, graph_buffers: frozenset[str], limits: tuple[Limit, ...]) -> BackendEntry:
     """FA3 and FA4 are one sglang class, FlashAttentionBackend, told apart by fa_impl_ver."""
     return BackendEntry(
         name=f"fa{version}", server_arg=f"fa{version}", needs_gpu=True, import_check=import_check,
         build=_build("sglang.srt.layers.attention.flashattention_backend", "FlashAttentionBackend",
                      "FlashAttentionMultiStepBackend", fa_impl_ver=version),
         min_capability=min_capability, dtypes=_HALF_PRECISION, dtype_reason=dtype_reason,
-        graph_buffers=releases.since({"0.5.17": graph_buffers}),
+        graph_buffers=releases.since({"0.5.17": graph_buffers}), limits=limits,
     )
 
 
@@ -171,7 +192,7 @@ BACKENDS: dict[str, BackendEntry] = {
             name="triton", server_arg="triton", needs_gpu=False, import_check="triton",
             build=_build("sglang.srt.layers.attention.triton_backend",
                          "TritonAttnBackend", "TritonMultiStepDraftBackend"),
-            triton_kernels=True, cg_meta_exact=True, draft_window_since="0.5.21",
+            triton_kernels=True, cg_meta_exact=True, draft_window_since="0.5.21", limits=(_NGRAM_PAGED,),
             graph_buffers=releases.since({
                 "0.5.17": _TRITON_GRAPH_BUFFERS,
                 "0.5.19": _TRITON_GRAPH_BUFFERS | _TRITON_LEAN_DECODE,
@@ -192,10 +213,11 @@ BACKENDS: dict[str, BackendEntry] = {
         ),
         _flash_attention(3, "sgl_kernel.flash_attn", (8, 0),
                          "FA3 kernels take fp16/bf16 only (sgl_kernel flash_attn dtype check)",
-                         _FA_GRAPH_BUFFERS | {"_sched_meta_buf"}),  # FA3's scheduler metadata
+                         _FA_GRAPH_BUFFERS | {"_sched_meta_buf"},  # FA3's scheduler metadata
+                         limits=(_NGRAM_PAGED,)),
         _flash_attention(4, "cutlass", (9, 0),
                          "FA4 CuTe: inputs must be float16, bfloat16, fp8 e4m3fn, or fp8 e5m2",
-                         _FA_GRAPH_BUFFERS),
+                         _FA_GRAPH_BUFFERS, limits=(_EAGLE_PAGED_TREE, _NGRAM_PAGED)),
         BackendEntry(
             name="torch_native", server_arg="torch_native", needs_gpu=False, import_check="torch",
             build=_build("sglang.srt.layers.attention.torch_native_backend",
@@ -208,6 +230,7 @@ BACKENDS: dict[str, BackendEntry] = {
                 Limit(_mode_in("target_verify", "ngram_verify"),
                       "TARGET_VERIFY is not supported: forward_extend ignores spec_info.custom_mask "
                       "and reads extend_prefix_lens, which verify batches do not carry"),
+                _EAGLE_PAGED_TREE,
             ),
         ),
     )
