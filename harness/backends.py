@@ -68,6 +68,11 @@ class BackendEntry:
                 return reason
         if importlib.util.find_spec(self.import_check.split(".")[0]) is None:
             return f"{self.name}: package providing '{self.import_check}' is not installed"
+        return self.refusal(mode, spec)
+
+    def refusal(self, mode: str, spec: "CaseSpec") -> str | None:
+        """Why the backend takes no such case on any machine (its dtypes, the draft window, its
+        limits), or None: skip_reason without what only this machine lacks."""
         if spec.dtype not in self.dtypes:
             return f"{self.name}: {self.dtype_reason}"
         reason = self._draft_window_reason(spec)
