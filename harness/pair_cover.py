@@ -12,6 +12,7 @@ into cases/<mode>.yaml; harness/test_pair_coverage.py then holds the matrix to i
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
 import sys
@@ -131,6 +132,16 @@ def case_entries(name: str, base: CaseSpec, picks: list[Suggestion]) -> str:
     return "\n".join(entries)
 
 
+def _lengths(text: str) -> list[int]:
+    try:
+        lengths = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas, e.g. 21,37") from None
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every prefix is at least 1 token")
+    return lengths
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = cli.Parser(prog="python -m harness.pair_cover",
                         description="propose case variants covering the pairs no cell covers (greedy), "
@@ -141,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=None, metavar="CASE",
                         help="the case (its name without the dtype suffix) a variant starts from "
                              "(default: the mode's first case)")
+    parser.add_argument("--prefix-lens", type=_lengths, default=None, metavar="L1,L2,...",
+                        help="the variants' committed prefixes (default the base's); an interleaved layout "
+                             "with pages needs every request to span two pages or more")
     parser.add_argument("--name", default="pairs", help="the new case entries' name (default pairs)")
     args = parser.parse_args(argv)
     try:
@@ -158,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         if base is None:
             print(f"python -m harness.pair_cover: {mode}: no case {args.base!r} to start from", file=sys.stderr)
             return 2
+        if args.prefix_lens:
+            bs = len(args.prefix_lens)
+            base = CaseSpec.model_validate({**base.model_dump(), "bs": bs, "prefix_lens": args.prefix_lens,
+                                            "input_lens": base.input_lens and base.input_lens[:1] * bs})
         picks, left = suggest(cases, table, prober, mode, base)
         if picks or left:
             proposed = True
