@@ -142,7 +142,7 @@ def _paged_tree(algorithm: str) -> Callable[[str, "CaseSpec"], bool]:
     return applies
 
 
-# What sglang's argument hooks refuse at server start, 0.5.17 to 0.5.23 (arg_groups/speculative_hook.py).
+# What sglang's argument hooks refuse at server start, in 0.5.17 and 0.5.23 alike (arg_groups/speculative_hook.py).
 _EAGLE_PAGED_TREE = Limit(_paged_tree("EAGLE"), "sglang serves speculative_eagle_topk > 1 with page_size > 1 "
                           "on flashinfer, fa3 and triton only (_handle_eagle_family, _PAGE_TREE_SPEC_BACKENDS)")
 _NGRAM_PAGED = Limit(_paged_tree("NGRAM"), "sglang refuses NGRAM (topk = the BFS breadth > 1) with page_size > 1 "

@@ -1,6 +1,6 @@
 """Multi-step draft decode: topk branches per request, one token each per step.
 
-Production contract (sglang 0.5.17 through 0.5.23, eagle_worker_common.prepare_for_draft and
+Production contract (sglang 0.5.17 and 0.5.23 alike, eagle_worker_common.prepare_for_draft and
 generate_draft_decode_kv_indices): one ForwardBatch in DECODE mode covers all steps; seq_lens =
 committed prefix; positions = prefix repeated per branch; out_cache_loc holds bs * topk *
 num_steps slots, ordered (request, branch, step). Step s (0 .. num_steps - 2) runs on the

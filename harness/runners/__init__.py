@@ -44,7 +44,9 @@ class RunnerForm:
 
     def refusal(self, backend: "BackendEntry") -> str | None:
         """Why the form never runs the backend, on any machine, or None: skip_reason without the machine."""
-        return (self._no_graph(backend) if self.graph and backend.no_graph_reason else None) or self._not_exact(backend)
+        if self.graph and backend.no_graph_reason:
+            return self._no_graph(backend)
+        return self._not_exact(backend)
 
     def _no_graph(self, backend: "BackendEntry") -> str:
         return f"{backend.name} has no CUDA-graph support: {backend.no_graph_reason}"
