@@ -3,7 +3,8 @@
 It runs the differential cells with pytest (one xdist worker per core, or per
 GPU: `--gpus N` spreads the cells over the first N GPUs of this host, each worker
 pinned to one by harness/gpu_slots.py), then turns the per-cell lines into
-out/<cpu|gpu>/: results.json (the source of truth), junit.xml, SUMMARY.md and matrix.png.
+out/<cpu|gpu>/: results.json (the source of truth), junit.xml, SUMMARY.md and matrix.png, and
+COVERAGE.md (the pairs of axis values the case matrix covers, harness/pair_coverage.py).
 Its last line accounts for every collected cell; it exits non-zero if any failed,
 crashed or did not run. The checkout is left as it was: `python -m harness record`
 copies a run's outputs into the tracked reports/ and regenerates the docs matrix
@@ -50,6 +51,15 @@ def build_parser() -> cli.Parser:
     return parser
 
 
+def cases_dir(pytest_args: list[str]) -> str:
+    """The case folder the run's pytest reads (its --cases-dir, else cases/)."""
+    from harness.cases import CASES_DIR  # the case schema (and torch) only where a run needs them
+
+    given = [arg.split("=", 1)[1] if "=" in arg else after
+             for arg, after in zip(pytest_args, [*pytest_args[1:], ""]) if arg.split("=", 1)[0] == "--cases-dir"]
+    return given[-1] if given else str(CASES_DIR)
+
+
 def run_matrix(args) -> int:
     workers = args.workers or str(platform.default_workers())
     os.environ[RUN_ID_ENV] = run_id()
@@ -66,6 +76,7 @@ def run_matrix(args) -> int:
         ("merge", str(cells), "--out-dir", str(out)),
         ("summary", "--results", results, "--out", str(out / "SUMMARY.md")),
         ("heatmap", "--results", results, "--out", str(out / "matrix.png")),
+        ("coverage", "--cases-dir", cases_dir(args.pytest_args), "--out", str(out / "COVERAGE.md")),
     ]
     for step in steps:
         if _step(sys.executable, "-m", "harness.reporting", *step):

@@ -83,6 +83,11 @@ class BackendEntry:
                 return reason
         if importlib.util.find_spec(self.import_check.split(".")[0]) is None:
             return f"{self.name}: package providing '{self.import_check}' is not installed"
+        return self.refusal(mode, spec)
+
+    def refusal(self, mode: str, spec: "CaseSpec") -> str | None:
+        """Why the backend takes no such case on any machine (its dtypes, the draft window, its
+        limits), or None: skip_reason without what only this machine lacks."""
         if spec.dtype not in self.dtypes:
             return f"{self.name}: {self.dtype_reason}"
         reason = self._draft_window_reason(spec)
@@ -167,6 +172,17 @@ def _merges_when(forward_mode: str, *, graph: bool | None = None, tree: bool = F
         return (MODES[mode].forward_mode == forward_mode and (graph is None or graph == is_graph)
                 and (not tree or _backend_topk(mode, spec) > 1))
 
+
+def _paged_tree(algorithm: str) -> Callable[[str, "CaseSpec"], bool]:
+    """The mode runs under ``algorithm`` and drafts a tree (sglang's topk > 1) over pages."""
+
+    def applies(mode: str, spec: "CaseSpec") -> bool:
+        from harness.modes import MODES  # the registries import no backend; asked at call time
+
+        args = MODES[mode].speculative_args(spec)
+        return (spec.page_size > 1 and args.get("speculative_algorithm") == algorithm
+                and (args.get("speculative_eagle_topk") or 1) > 1)
+
     return applies
 
 
@@ -205,6 +221,14 @@ def _window_in_paged_tree_verify(mode: str, spec: "CaseSpec") -> bool:
     return bool(spec.sliding_window) and tree and spec.page_size > 1
 
 
+# What sglang's argument hooks refuse at server start, in 0.5.17 and 0.5.23 alike (arg_groups/speculative_hook.py).
+_EAGLE_PAGED_TREE = Limit(_paged_tree("EAGLE"), "sglang serves speculative_eagle_topk > 1 with page_size > 1 "
+                          "on flashinfer, fa3 and triton only (_handle_eagle_family, _PAGE_TREE_SPEC_BACKENDS)")
+_NGRAM_PAGED = Limit(_paged_tree("NGRAM"), "sglang refuses NGRAM (topk = the BFS breadth > 1) with page_size > 1 "
+                     "except on flashinfer: 'unstable and produces incorrect results for paged attention "
+                     "backends' (_handle_ngram)")
+
+
 _TRITON_GRAPH_BUFFERS = frozenset({
     "cuda_graph_kv_indices",  # multi-step: one 2-D buffer, a row per step backend
     "cuda_graph_num_kv_splits",  # multi-step: one buffer shared by all step backends
@@ -239,7 +263,7 @@ _FA_GRAPH_BUFFERS = frozenset({
 
 
 def _flash_attention(version: int, import_check: str, min_capability: tuple[int, int],
-                     dtype_reason: str, graph_buffers: frozenset[str]) -> BackendEntry:
+                     dtype_reason: str, graph_buffers: frozenset[str], limits: tuple[Limit, ...]) -> BackendEntry:
     """FA3 and FA4 are one sglang class, FlashAttentionBackend, told apart by fa_impl_ver."""
     return BackendEntry(
         name=f"fa{version}", server_arg=f"fa{version}", needs_gpu=True, import_check=import_check,
@@ -252,6 +276,7 @@ def _flash_attention(version: int, import_check: str, min_capability: tuple[int,
                   "FlashAttention backend doesn't support topk > 1 speculative decoding with page size > 1 "
                   "sliding window attention (flashattention_backend.py _init_sliding_window_attn_spec_metadata, "
                   "0.5.17-0.5.23)"),
+            *limits,
         ),
     )
 
@@ -274,6 +299,7 @@ BACKENDS: dict[str, BackendEntry] = {
                       "a sliding-window layer reads forward_metadata.window_kv_indices, which "
                       "TritonMultiStepDraftBackend leaves None before sglang 0.5.23 (its per-step window rail, "
                       "window_rail / generate_draft_decode_window_kv_indices, arrives in 0.5.23)"),
+                _NGRAM_PAGED,
             ),
         ),
         BackendEntry(
@@ -290,10 +316,11 @@ BACKENDS: dict[str, BackendEntry] = {
         ),
         _flash_attention(3, "sgl_kernel.flash_attn", (8, 0),
                          "FA3 kernels take fp16/bf16 only (sgl_kernel flash_attn dtype check)",
-                         _FA_GRAPH_BUFFERS | {"_sched_meta_buf"}),  # FA3's scheduler metadata
+                         _FA_GRAPH_BUFFERS | {"_sched_meta_buf"},  # FA3's scheduler metadata
+                         limits=(_NGRAM_PAGED,)),
         _flash_attention(4, "cutlass", (9, 0),
                          "FA4 CuTe: inputs must be float16, bfloat16, fp8 e4m3fn, or fp8 e5m2",
-                         _FA_GRAPH_BUFFERS),
+                         _FA_GRAPH_BUFFERS, limits=(_EAGLE_PAGED_TREE, _NGRAM_PAGED)),
         BackendEntry(
             name="torch_native", server_arg="torch_native", needs_gpu=False, import_check="torch",
             build=_build("sglang.srt.layers.attention.torch_native_backend",
@@ -306,6 +333,7 @@ BACKENDS: dict[str, BackendEntry] = {
                 Limit(_mode_is("forward_mode", "TARGET_VERIFY"),
                       "TARGET_VERIFY is not supported: forward_extend ignores spec_info.custom_mask "
                       "and reads extend_prefix_lens, which verify batches do not carry"),
+                _EAGLE_PAGED_TREE,
             ),
         ),
     )

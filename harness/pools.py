@@ -167,6 +167,18 @@ class BatchState:
             self.row_k[request][positions] = k[rows]
             self.row_v[request][positions] = v[rows]
 
+    def copy_kv(self, request: int, targets: list[int], sources: list[int]) -> None:
+        """Copy one request's K/V from row positions ``sources`` to ``targets``, in the pool and in
+        the harness copy alike: a KV move the worker makes before a forward (harness/modes)."""
+        if not targets:
+            return
+        slots = self.layout.row_slots[request]
+        into, out_of = slots[targets].to(self.device), slots[sources].to(self.device)
+        for buffer in (self.pools.kv.k_buffer[0], self.pools.kv.v_buffer[0]):
+            buffer[into] = buffer[out_of]
+        for row in (self.row_k[request], self.row_v[request]):
+            row[targets] = row[sources]
+
 
 # Where a cell's random values are drawn: "device" (default) or "host" (pytest --draws).
 DRAWS_ENV = "ATTN_HARNESS_DRAWS"

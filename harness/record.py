@@ -35,6 +35,7 @@ PER_MACHINE = (
     Kept("junit.xml", RUN),
     Kept("SUMMARY.md", RUN),
     Kept("matrix.png", RUN),
+    Kept("COVERAGE.md", RUN),
     Kept("KILL_TABLE.md", REPLAY),
     Kept("kill_table.json", REPLAY),
     Kept("GENERATED_KILL_TABLE.md", f"{REPLAY} --generated N"),

@@ -147,7 +147,6 @@ EXPECTED_ERRORS = {
     "extend_without_window.yaml": ["field 'input_lens'", "required (the draft-extend window"],
     "draft_decode_with_window.yaml": ["field 'input_lens'", "drop input_lens"],
     "draft_decode_one_step.yaml": ["field 'num_steps'", "needs num_steps >= 2"],
-    "draft_decode_tree_paged.yaml": ["field 'page_size'", "supports page_size 1 only"],
     "draft_decode_prefix_zero.yaml": ["case 'c'", "field 'prefix_lens'", "item 2 is 0, a length production never "
                                       "reaches in draft decode", "give every request a prefix >= 1"],
     "draft_window_in_verify.yaml": ["field 'draft_window'", "only draft_decode takes draft_window"],

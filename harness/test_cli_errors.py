@@ -116,6 +116,14 @@ ROWS = [
      "{d}/binary_run/gw0.jsonl:1: not valid JSON", 2),
     ("merge-out-in-missing-folder", f"{REPORTING} merge {{d}}/run --out-dir {{d}}/missing/out",
      "argument --out-dir: folder {d}/missing does not exist", 2),
+    ("coverage-missing-cases-dir", f"{REPORTING} coverage --cases-dir {{d}}/nope --out {{d}}/c.md",
+     "argument --cases-dir: {d}/nope: no such folder", 2),
+    ("coverage-bad-case-file", f"{REPORTING} coverage --cases-dir {{d}}/bad_cases --out {{d}}/c.md",
+     "error: {d}/bad_cases/bad.yaml: case 'c': field 'bs': expected a whole number", 2),
+    # python -m harness.pair_cover
+    ("pair-cover-unknown-mode", "-m harness.pair_cover --mode bogus", "argument --mode: invalid choice: 'bogus'", 2),
+    ("pair-cover-bad-case-file", "-m harness.pair_cover --cases-dir {d}/bad_cases",
+     "python -m harness.pair_cover: {d}/bad_cases/bad.yaml: case 'c': field 'bs': expected a whole number", 2),
     # python -m harness run
     ("harness-no-command", "-m harness", "the following arguments are required: {run,record}", 2),
     ("harness-unknown-command", "-m harness bogus", "invalid choice: 'bogus'", 2),

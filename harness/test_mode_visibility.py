@@ -231,3 +231,23 @@ def test_a_window_over_every_row_changes_nothing(mode):
         fields["input_lens"] = 5
     wide, full = spec(**fields, sliding_window=64), spec(**fields)
     assert [visible(step) for step in mode.steps(wide)] == [visible(step) for step in mode.steps(full)]
+
+
+def test_draft_decode_paged_tree_branches_own_pages():
+    """prefix 5, page 4, topk 2, 3 steps: the tail is 1 token, each branch owns ceil((1 + 3) / 4) = 1
+    page from the prefix's last page boundary (4): branch 0 at 5..7, branch 1 at 9..11, whose hole 8
+    holds a copy of the tail (position 4)."""
+    case = spec(prefix_lens=[5], topk=2, page_size=4)
+    step0, step1 = DRAFT_DECODE.steps(case)
+    assert visible(step0) == [(0, (0, 1, 2, 3, 4, 5)), (0, (0, 1, 2, 3, 4, 9))]
+    assert step0.writes == [(0, 5), (0, 9)]
+    assert visible(step1) == [(0, (0, 1, 2, 3, 4, 5, 6)), (0, (0, 1, 2, 3, 4, 9, 10))]
+    assert DRAFT_DECODE.row_lens(case) == [12]
+    assert DRAFT_DECODE.tail_copies(case, 0) == ([8], [4])
+
+
+def test_draft_decode_paged_tree_at_a_page_boundary_has_no_holes():
+    case = spec(prefix_lens=[8], topk=3, page_size=4)  # tail 0: one page of 3 steps per branch
+    assert [DRAFT_DECODE.branch_start(case, 0, k) for k in range(3)] == [8, 12, 16]
+    assert DRAFT_DECODE.row_lens(case) == [20]
+    assert DRAFT_DECODE.tail_copies(case, 0) == ([], [])

@@ -20,7 +20,7 @@ from harness.controls import census_run, matrix_cell, misdirect_one_key, with_lo
 LONG_PREFIX = 253
 CASES = ("target_verify-chain-bs2", "target_verify-tree-bs3", "ngram_verify-tree8-bs3",
          "draft_extend_v2-window4-bs2", "draft_decode-chain-bs2", "draft_decode-topk2-bs3",
-         "draft_decode-window-sink", "dflash_verify-block4-bs2", "dflash_draft-block4-bs2",
+         "draft_decode-window-sink", "draft_decode-topk2-page16", "dflash_verify-block4-bs2", "dflash_draft-block4-bs2",
          "frozen_kv_mtp_verify-tree-bs3", "frozen_kv_mtp_draft-topk2-bs3")
 
 

@@ -1,7 +1,8 @@
 """`python -m harness.reporting <subcommand>`: one subcommand per report.
 
 Exit status: 0 success; 1 the check failed (readme-matrix --check drift, digest with new
-failures, crashes or cells not run, same-outcomes with a cell whose outcome differs); 2 unusable input (the message names the file and what to fix).
+failures, crashes or cells not run, same-outcomes with a cell whose outcome differs, coverage --check
+with a possible pair of axis values no cell has); 2 unusable input (the message names the file and what to fix).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from harness import cli
+from harness.cases import CASES_DIR
 from harness.known_failures import KnownFailuresError, load_known_failures
 from harness.reporting.cell_schema import ReportingError, load_results
 from harness.reporting.digest import compare, render_digest
@@ -98,6 +100,23 @@ def cmd_same_outcomes(args: argparse.Namespace) -> int:
     return 0 if identical else 1
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from harness.cases import CaseFileError, load_all_cases
+    from harness.pair_coverage import coverage, uncovered_lines
+    from harness.reporting.coverage import render_coverage
+
+    try:
+        table = coverage(load_all_cases(args.cases_dir))
+    except CaseFileError as err:
+        raise ReportingError(str(err)) from None
+    _write(args.out, render_coverage(table))
+    missing = uncovered_lines(table)
+    if missing:
+        print(f"{len(missing)} possible pair(s) of axis values have no cell (listed in {args.out}); "
+              "python -m harness.pair_cover proposes case variants that cover them", file=sys.stderr)
+    return 1 if missing and args.check else 0
+
+
 def results_or_run(text: str) -> Path:
     """A results.json or a run folder (out/cells/<run>/)."""
     return cli.input_folder(text) if Path(text).is_dir() else cli.input_file(text)
@@ -153,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     digest.add_argument("--yesterday", type=cli.input_file, required=True)
     digest.add_argument("--out", type=cli.output_file, default=f"{REPORTS}/DIGEST.md")
     digest.set_defaults(func=cmd_digest)
+
+    pairs = sub.add_parser("coverage", help="the case matrix -> COVERAGE.md: the pairs of axis values each "
+                                            "backend x mode can have, and the cells that cover them")
+    pairs.add_argument("--cases-dir", type=cli.input_folder, default=str(CASES_DIR))
+    pairs.add_argument("--out", type=cli.output_file, default=f"{REPORTS}/COVERAGE.md")
+    pairs.add_argument("--check", action="store_true", help="exit 1 when a possible pair has no cell")
+    pairs.set_defaults(func=cmd_coverage)
 
     same = sub.add_parser("same-outcomes", help="exit 1 unless two runs give every cell the same (status, reason)")
     same.add_argument("before", type=results_or_run, help="results.json or an out/cells/<run> folder")

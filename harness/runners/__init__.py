@@ -35,11 +35,23 @@ class RunnerForm:
 
     def skip_reason(self, backend: "BackendEntry") -> str | None:
         if self.graph and backend.no_graph_reason:
-            return f"{backend.name} has no CUDA-graph support: {backend.no_graph_reason}"
+            return self._no_graph(backend)
         if self.gpu and not platform.HAS_GPU:
             return "CUDA-graph capture needs a GPU"
         if self.gpu is False and platform.HAS_GPU:
             return "cg_meta (graph hooks, eager forwards) is the CPU stand-in; on a GPU the cuda_graph form runs"
+        return self._not_exact(backend)
+
+    def refusal(self, backend: "BackendEntry") -> str | None:
+        """Why the form never runs the backend, on any machine, or None: skip_reason without the machine."""
+        if self.graph and backend.no_graph_reason:
+            return self._no_graph(backend)
+        return self._not_exact(backend)
+
+    def _no_graph(self, backend: "BackendEntry") -> str:
+        return f"{backend.name} has no CUDA-graph support: {backend.no_graph_reason}"
+
+    def _not_exact(self, backend: "BackendEntry") -> str | None:
         if self.graph and not self.captures and not backend.cg_meta_exact:
             return (f"cg_meta needs a backend whose forwards read only its graph buffers; "
                     f"{backend.name} is not checked for that")
