@@ -172,6 +172,8 @@ def _merges_when(forward_mode: str, *, graph: bool | None = None, tree: bool = F
         return (MODES[mode].forward_mode == forward_mode and (graph is None or graph == is_graph)
                 and (not tree or _backend_topk(mode, spec) > 1))
 
+    return applies
+
 
 def _paged_tree(algorithm: str) -> Callable[[str, "CaseSpec"], bool]:
     """The mode runs under ``algorithm`` and drafts a tree (sglang's topk > 1) over pages."""

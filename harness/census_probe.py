@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     for stale in out.glob("cells-*.jsonl"):
         stale.unlink()
     warm_up = plan_warm_up(selected, args.processes, out)
-    warm_up.start(replay=None).join()
+    warm_up.start(patches=[]).join()
     print(warm_up.line(), file=sys.stderr)
     statuses = _run_shares(["-k", args.selection, "--out", str(out)], args.processes)
     order = {cell.cell_id: index for index, cell in enumerate(selected)}

@@ -88,3 +88,20 @@ def test_the_any_split_allowance_passes_split_kv_with_bf16_partials(seed):
     out = cascade(q, k, v, queries, prefix, parts_of=in_chunks(64))
     found = compare(out, expected, "bfloat16", labels(), slack(queries, prefix, k, v, "any"))
     assert found.ok, found.describe()
+
+
+def test_the_declared_merges_answer_for_every_cell_of_the_matrix():
+    """Every backend's PartialMerge predicates run on every cell (no GPU needed to ask), and the
+    cascade paths are where sglang's source puts them: FA3/FA4 tree verify, not chain verify."""
+    from harness.backends import BACKENDS
+    from harness.cases import load_all_cases
+    from harness.cell_matrix import expand_cells
+    from harness.runners import RUNNER_FORMS
+
+    splits = {}
+    for cell in expand_cells(load_all_cases()):
+        split = BACKENDS[cell.backend].partial_split(cell.case.mode, cell.case.spec, RUNNER_FORMS[cell.runner].graph)
+        splits[cell.cell_id] = split
+    assert splits["target_verify-tree-bs3-dtypebfloat16-fa3-eager"] == "prefix|new"
+    assert splits["target_verify-chain-bs2-dtypebfloat16-fa3-eager"] is None
+    assert splits["draft_extend_v2-window4-bs2-dtypebfloat16-flashinfer-eager"] == "prefix|new"
