@@ -45,8 +45,10 @@ class PartialMerge:
     them by log-sum-exp, so each part's rounding reaches the output (harness/compare.py HALF_ULP).
 
     ``split`` says how it parts a query's keys: "prefix|new" (the committed prefix apart from this
-    forward's keys, as sglang's cascade and ragged+paged paths do) or "any" (parts the harness cannot
-    see, e.g. split-KV inside one kernel call, bounded for every split)."""
+    forward's keys, as sglang's cascade and ragged+paged paths do), "page|rest" (cut at the prefix's
+    last page boundary instead, as FA3's paged tree draft decode reads the prefix tail with its
+    branch) or "any" (parts the harness cannot see, e.g. split-KV inside one kernel call, bounded
+    for every split)."""
 
     applies: Callable[[str, "CaseSpec", bool], bool]  # (mode, spec, graph form)
     split: str
@@ -192,9 +194,10 @@ _FA_MERGES = (
     PartialMerge(_merges_when("TARGET_VERIFY", tree=True), "prefix|new",
                  "flashattention_backend.py forward_extend: use_cascade_attn (topk > 1), prefix and expand "
                  "outputs merged by merge_state_v2_wrapper"),
-    PartialMerge(_merges_when("DECODE", tree=True), "prefix|new",
-                 "flashattention_backend.py forward_decode (topk > 1): prefix and expand outputs merged by "
-                 "merge_state_v2"),
+    PartialMerge(_merges_when("DECODE", tree=True), "page|rest",
+                 "flashattention_backend.py forward_decode (topk > 1): the prefix up to its last page boundary "
+                 "(init_forward_metadata: cache_seqlens -= last_page_lens) and the branch's pages, the prefix "
+                 "tail copy included (draft_decode_set_expand_metadata), merged by merge_state_v2"),
 )
 _FLASHINFER_MERGES = (
     PartialMerge(_merges_when("DRAFT_EXTEND_V2", graph=False), "prefix|new",

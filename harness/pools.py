@@ -273,7 +273,7 @@ def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> li
             v = state.randn(tokens, spec.num_kv_heads, spec.head_dim)
             state.record_new_kv(step.writes, k, v)
         expected = reference_attention(q, step.queries, state.row_k, state.row_v, scale)
-        census = (census_parts(step.queries, spec.prefix_lens, state.row_k, state.row_v, spec.num_kv_heads - 1)
-                  if census_heads(spec.num_heads) else None)
+        census = (census_parts(step.queries, spec.prefix_lens, state.row_k, state.row_v, spec.num_kv_heads - 1,
+                               spec.page_size) if census_heads(spec.num_heads) else None)
         drawn.append(StepInputs(q.reshape(tokens, -1), k, v, expected, census))
     return drawn

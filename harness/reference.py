@@ -157,14 +157,19 @@ def _visible_count(query: Query) -> int:
 @dataclass(frozen=True)
 class CensusParts:
     """What partial-merge rounding in the key-census head is proportional to, per query and element
-    (harness/compare.py HALF_ULP): float64 [queries, head_dim] each."""
+    (harness/compare.py HALF_ULP): float64 [queries, head_dim] each, one per way a kernel may split
+    a query's keys (harness/backends.py PartialMerge.split)."""
 
     any_split: torch.Tensor  # mean |V| over the visible keys: bounds sum_i w_i |p_i| for any split
-    prefix_new: torch.Tensor  # w_prefix |p_prefix| + w_new |p_new|: the committed prefix apart from the rest
+    prefix_new: torch.Tensor  # w |p| summed over the committed prefix and the rest
+    page_rest: torch.Tensor  # the same cut at the prefix's last page boundary (FA3's paged draft decode)
+
+    def of(self, split: str) -> torch.Tensor:
+        return {"any": self.any_split, "prefix|new": self.prefix_new, "page|rest": self.page_rest}[split]
 
 
 def census_parts(queries: list[Query], prefix_lens: list[int], row_k: list[torch.Tensor],
-                 row_v: list[torch.Tensor], kv_head: int) -> CensusParts:
+                 row_v: list[torch.Tensor], kv_head: int, page_size: int = 1) -> CensusParts:
     """The census head's part magnitudes, from the same float64 attention with q = 0 (uniform
     weights: plain means over each part)."""
     k = [row[:, kv_head:kv_head + 1] for row in row_k]
@@ -176,10 +181,18 @@ def census_parts(queries: list[Query], prefix_lens: list[int], row_k: list[torch
         return reference_attention(zero, subset, k, values, 1.0)[:, 0]
 
     total = torch.tensor([_visible_count(q) for q in queries], dtype=torch.float64, device=device)
-    magnitude = torch.zeros_like(zero[:, 0])
-    for part in ([clipped(q, 0, prefix_lens[q.request]) for q in queries],
-                 [clipped(q, prefix_lens[q.request], 1 << 62) for q in queries]):
-        share = torch.tensor([_visible_count(q) for q in part], dtype=torch.float64, device=device) / total
-        if bool((share > 0).any()):
-            magnitude += torch.where(share[:, None] > 0, share[:, None] * mean_over(part, v).abs(), 0.0)
-    return CensusParts(any_split=mean_over(queries, [row.abs() for row in v]), prefix_new=magnitude)
+
+    def two_parts(cuts: list[int]) -> torch.Tensor:
+        """sum over the parts [0, cut) and [cut, ...) of each query's request of w |p|."""
+        magnitude = torch.zeros_like(zero[:, 0])
+        for part in ([clipped(q, 0, cuts[q.request]) for q in queries],
+                     [clipped(q, cuts[q.request], 1 << 62) for q in queries]):
+            share = torch.tensor([_visible_count(q) for q in part], dtype=torch.float64, device=device) / total
+            if bool((share > 0).any()):
+                magnitude += torch.where(share[:, None] > 0, share[:, None] * mean_over(part, v).abs(), 0.0)
+        return magnitude
+
+    prefix_new = two_parts(prefix_lens)
+    page_cuts = [prefix - prefix % page_size for prefix in prefix_lens]
+    return CensusParts(any_split=mean_over(queries, [row.abs() for row in v]), prefix_new=prefix_new,
+                       page_rest=prefix_new if page_cuts == list(prefix_lens) else two_parts(page_cuts))

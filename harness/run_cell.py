@@ -116,8 +116,7 @@ def census_slack(inputs: StepInputs, splits: tuple[str | None, ...], dtype: str)
     """The census bound's allowance, per query and element, for the partial merges (harness/compare.py
     HALF_ULP) of the outputs compared: one split for a comparison with the reference, two for replay
     against eager (each side's rounding counts)."""
-    parts = [inputs.census.any_split if split == "any" else inputs.census.prefix_new
-             for split in splits if split is not None and inputs.census is not None]
+    parts = [inputs.census.of(split) for split in splits if split is not None and inputs.census is not None]
     return HALF_ULP[dtype] * sum(parts) if parts else None
 
 

@@ -105,3 +105,15 @@ def test_the_declared_merges_answer_for_every_cell_of_the_matrix():
     assert splits["target_verify-tree-bs3-dtypebfloat16-fa3-eager"] == "prefix|new"
     assert splits["target_verify-chain-bs2-dtypebfloat16-fa3-eager"] is None
     assert splits["draft_extend_v2-window4-bs2-dtypebfloat16-flashinfer-eager"] == "prefix|new"
+
+
+def test_a_cut_at_the_page_boundary_is_its_own_split():
+    """prefix 5 on pages of 4: FA3's paged draft decode attends rows 0..3 apart from row 4 (the tail)
+    and the branch; the page|rest magnitudes are those of that cut, not of the prefix|new cut."""
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(8, KV_HEADS, HEAD_DIM, generator=gen, dtype=torch.float64)
+    queries = [Query(0, spans_of(range(5), 6))]
+    parts = census_parts(queries, [5], [v.clone()], [v], KV_HEADS - 1, page_size=4)
+    head = v[:, KV_HEADS - 1]
+    torch.testing.assert_close(parts.page_rest[0], (4 / 6) * head[:4].mean(0).abs() + (2 / 6) * head[[4, 6]].mean(0).abs())
+    torch.testing.assert_close(parts.prefix_new[0], (5 / 6) * head[:5].mean(0).abs() + (1 / 6) * head[6].abs())
