@@ -24,7 +24,7 @@ import torch
 from harness.case_limits import model_context_len
 from harness.cases import CaseSpec
 from harness.compare import census_heads
-from harness.reference import CensusParts, census_parts, reference_attention
+from harness.reference import census_parts, reference_attention
 from harness.releases import since
 
 if TYPE_CHECKING:
@@ -244,17 +244,21 @@ class StepInputs:
     k: torch.Tensor | None  # [tokens, kv_heads, head_dim]; None for a forward that writes no KV
     v: torch.Tensor | None
     expected: torch.Tensor  # float64 [tokens, heads, head_dim], on the device
-    census: CensusParts | None  # the key-census head's part magnitudes (None: no census head)
+    census: dict[str, torch.Tensor]  # the key-census head's part magnitudes per split the cell's backend uses
 
     def poisoned_output(self) -> torch.Tensor:
         """Output buffer handed to backends that accept one: NaN until written."""
         return torch.full_like(self.q, float("nan"))
 
 
-def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> list[StepInputs]:
+def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float,
+                census_splits: tuple[str, ...] = ()) -> list[StepInputs]:
     """Draw every step's Q/K/V and compute the reference, in step order.
 
     Q is random except in the key-census head (harness/compare.py), where it is 0.
+    ``census_splits``: the ways the cell's backend parts a query's keys into merged partial outputs
+    (backends.PartialMerge); their census magnitudes are computed here, and none for a backend
+    that merges nothing.
 
     Later draft-decode steps see K/V written by earlier ones, so the harness
     copy of each row is updated step by step before that step's reference. A forward that
@@ -274,6 +278,6 @@ def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float) -> li
             state.record_new_kv(step.writes, k, v)
         expected = reference_attention(q, step.queries, state.row_k, state.row_v, scale)
         census = (census_parts(step.queries, spec.prefix_lens, state.row_k, state.row_v, spec.num_kv_heads - 1,
-                               spec.page_size) if census_heads(spec.num_heads) else None)
+                               spec.page_size, census_splits) if census_splits and census_heads(spec.num_heads) else {})
         drawn.append(StepInputs(q.reshape(tokens, -1), k, v, expected, census))
     return drawn

@@ -154,24 +154,20 @@ def _visible_count(query: Query) -> int:
     return sum(end - start for start, end in query.spans)
 
 
-@dataclass(frozen=True)
-class CensusParts:
-    """What partial-merge rounding in the key-census head is proportional to, per query and element
-    (harness/compare.py HALF_ULP): float64 [queries, head_dim] each, one per way a kernel may split
-    a query's keys (harness/backends.py PartialMerge.split)."""
-
-    any_split: torch.Tensor  # mean |V| over the visible keys: bounds sum_i w_i |p_i| for any split
-    prefix_new: torch.Tensor  # w |p| summed over the committed prefix and the rest
-    page_rest: torch.Tensor  # the same cut at the prefix's last page boundary (FA3's paged draft decode)
-
-    def of(self, split: str) -> torch.Tensor:
-        return {"any": self.any_split, "prefix|new": self.prefix_new, "page|rest": self.page_rest}[split]
+SPLITS = ("any", "prefix|new", "page|rest")  # how a kernel may part a query's keys (backends.PartialMerge)
 
 
 def census_parts(queries: list[Query], prefix_lens: list[int], row_k: list[torch.Tensor],
-                 row_v: list[torch.Tensor], kv_head: int, page_size: int = 1) -> CensusParts:
-    """The census head's part magnitudes, from the same float64 attention with q = 0 (uniform
-    weights: plain means over each part)."""
+                 row_v: list[torch.Tensor], kv_head: int, page_size: int = 1,
+                 splits: tuple[str, ...] = SPLITS) -> dict[str, torch.Tensor]:
+    """What partial-merge rounding in the key-census head is proportional to (harness/compare.py
+    HALF_ULP), per query and element, for each of ``splits``: float64 [queries, head_dim], from the
+    same float64 attention with q = 0 (uniform weights: plain means over each part).
+
+    "any": the mean |V| over the visible keys, which bounds sum_i w_i |p_i| for every split;
+    "prefix|new": w |p| summed over the committed prefix and the rest; "page|rest": the same cut at
+    the prefix's last page boundary (FA3's paged tree draft decode).
+    """
     k = [row[:, kv_head:kv_head + 1] for row in row_k]
     v = [row[:, kv_head:kv_head + 1] for row in row_v]
     device = k[0].device
@@ -192,7 +188,12 @@ def census_parts(queries: list[Query], prefix_lens: list[int], row_k: list[torch
                 magnitude += torch.where(share[:, None] > 0, share[:, None] * mean_over(part, v).abs(), 0.0)
         return magnitude
 
-    prefix_new = two_parts(prefix_lens)
-    page_cuts = [prefix - prefix % page_size for prefix in prefix_lens]
-    return CensusParts(any_split=mean_over(queries, [row.abs() for row in v]), prefix_new=prefix_new,
-                       page_rest=prefix_new if page_cuts == list(prefix_lens) else two_parts(page_cuts))
+    cuts = {"prefix|new": list(prefix_lens), "page|rest": [p - p % page_size for p in prefix_lens]}
+    found: dict[str, torch.Tensor] = {}
+    for split in splits:
+        if split == "any":
+            found[split] = mean_over(queries, [row.abs() for row in v])
+        else:
+            twin = next((done for done in found if cuts.get(done) == cuts[split]), None)
+            found[split] = found[twin] if twin else two_parts(cuts[split])
+    return found

@@ -116,7 +116,7 @@ def census_slack(inputs: StepInputs, splits: tuple[str | None, ...], dtype: str)
     """The census bound's allowance, per query and element, for the partial merges (harness/compare.py
     HALF_ULP) of the outputs compared: one split for a comparison with the reference, two for replay
     against eager (each side's rounding counts)."""
-    parts = [inputs.census.of(split) for split in splits if split is not None and inputs.census is not None]
+    parts = [inputs.census[split] for split in splits if split in inputs.census]
     return HALF_ULP[dtype] * sum(parts) if parts else None
 
 
@@ -293,10 +293,12 @@ def prepared_cell(cell: Cell, clock: PhaseClock) -> Iterator[PreparedCell]:
                                    attn_type=AttentionType[mode.attn_type],
                                    **({} if window is None else {"sliding_window_size": window}))
         with clock.phase("inputs_reference"):
+            graph_forms = (True, False) if RUNNER_FORMS[cell.runner].graph else (False,)
+            census_splits = tuple(sorted({split for graph in graph_forms if (split := _partial_split(cell, graph))}))
             prepared = {}
             for run, state in zip(in_pools, states):
                 steps = mode.steps(run.spec)
-                inputs = draw_inputs(state, steps, scale)
+                inputs = draw_inputs(state, steps, scale, census_splits)
                 prepared[id(run)] = _Batch(run, steps, inputs, mode.forward_batch(state, steps), state)
         yield PreparedCell(cell, mode, attn_backend, layer, [prepared[id(run)] for run in runs],
                            states[0].pools.context_len)
