@@ -34,10 +34,11 @@ def build_parser() -> cli.Parser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="{run,record}")
     run = commands.add_parser("run", help="run the case matrix here and write out/<cpu|gpu>/")
     run.add_argument("-n", "--workers", type=cli.workers, default=None,
-                     help="pytest-xdist workers (default: one per GPU on a GPU box, else one per core)")
+                     help="pytest-xdist workers (default: as many as the host's cores and GPU memory allow, "
+                          "harness/platform.py default_workers; one per core without a GPU)")
     run.add_argument("--gpus", type=cli.positive_int, default=None, metavar="N",
-                     help="spread the cells over the first N GPUs of this host, one worker per GPU "
-                          "(k per GPU: add -n N*k); one merged report")
+                     help="spread the cells over the first N GPUs of this host, the workers taking them in "
+                          "turn (worker slot s on GPU s mod N); one merged report")
     run.add_argument("--shard", type=cli.shard, default="1/1", help="i/n: run one shard of the cells")
     run.add_argument("--section", choices=("cpu", "gpu"), default=SECTION)
     run.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
