@@ -53,14 +53,20 @@ class SlotLayout:
     def slots_at(self, writes: list[tuple[int, int]]) -> torch.Tensor:
         """int64 slots of (request, row position) pairs, in order: one gather per request."""
         found = torch.empty(len(writes), dtype=torch.int64)
-        by_request: dict[int, tuple[list[int], list[int]]] = {}
-        for index, (request, position) in enumerate(writes):
-            indices, positions = by_request.setdefault(request, ([], []))
-            indices.append(index)
-            positions.append(position)
-        for request, (indices, positions) in by_request.items():
+        for request, (indices, positions) in by_request(writes).items():
             found[indices] = self.row_slots[request][positions]
         return found
+
+
+def by_request(writes: list[tuple[int, int]]) -> dict[int, tuple[list[int], list[int]]]:
+    """(request, row position) pairs grouped per request: request -> (their indices, their positions),
+    so one indexed operation serves all of a request's pairs."""
+    grouped: dict[int, tuple[list[int], list[int]]] = {}
+    for index, (request, position) in enumerate(writes):
+        indices, positions = grouped.setdefault(request, ([], []))
+        indices.append(index)
+        positions.append(position)
+    return grouped
 
 
 def _page_order(style: str, pages_per_req: list[int], spare: int, gen: torch.Generator) -> list[torch.Tensor]:
@@ -158,12 +164,7 @@ class BatchState:
 
     def record_new_kv(self, writes: list[tuple[int, int]], k: torch.Tensor, v: torch.Tensor) -> None:
         """Note in the harness copy the K/V this forward hands the backend to store."""
-        by_request: dict[int, tuple[list[int], list[int]]] = {}
-        for row, (request, position) in enumerate(writes):
-            rows, positions = by_request.setdefault(request, ([], []))
-            rows.append(row)
-            positions.append(position)
-        for request, (rows, positions) in by_request.items():
+        for request, (rows, positions) in by_request(writes).items():
             self.row_k[request][positions] = k[rows]
             self.row_v[request][positions] = v[rows]
 
