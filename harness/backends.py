@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from harness import platform, releases
+from harness.modes import MODES
 
 if TYPE_CHECKING:
-    from harness.cases import CaseSpec
+    from harness.case_spec import CaseSpec
 
 
 def _build(module: str, target: str, draft_multi_step: str, **ctor_kwargs):
@@ -148,8 +149,6 @@ def _mode_is(field: str, *values: str) -> Callable[[str, "CaseSpec"], bool]:
     so a new mode meets the limits of the forward it makes without an edit here."""
 
     def applies(mode: str, spec: "CaseSpec") -> bool:
-        from harness.modes import MODES
-
         return getattr(MODES[mode], field) in values
 
     return applies
@@ -160,8 +159,6 @@ _HALF_PRECISION = ("float16", "bfloat16")
 
 def _backend_topk(mode: str, spec: "CaseSpec") -> int:
     """The topk the backend is built with (NGRAM's is its BFS breadth, not the case's topk)."""
-    from harness.modes import MODES
-
     return MODES[mode].speculative_args(spec).get("speculative_eagle_topk") or 1
 
 
@@ -169,8 +166,6 @@ def _merges_when(forward_mode: str, *, graph: bool | None = None, tree: bool = F
     """A PartialMerge predicate: the mode's forward, optionally one runner kind, optionally topk > 1."""
 
     def applies(mode: str, spec: "CaseSpec", is_graph: bool) -> bool:
-        from harness.modes import MODES
-
         return (MODES[mode].forward_mode == forward_mode and (graph is None or graph == is_graph)
                 and (not tree or _backend_topk(mode, spec) > 1))
 
@@ -181,8 +176,6 @@ def _paged_tree(algorithm: str) -> Callable[[str, "CaseSpec"], bool]:
     """The mode runs under ``algorithm`` and drafts a tree (sglang's topk > 1) over pages."""
 
     def applies(mode: str, spec: "CaseSpec") -> bool:
-        from harness.modes import MODES  # the registries import no backend; asked at call time
-
         args = MODES[mode].speculative_args(spec)
         return (spec.page_size > 1 and args.get("speculative_algorithm") == algorithm
                 and (args.get("speculative_eagle_topk") or 1) > 1)
@@ -220,8 +213,6 @@ def _window_in_draft_decode_before(release: str) -> Callable[[str, "CaseSpec"], 
 def _window_in_paged_tree_verify(mode: str, spec: "CaseSpec") -> bool:
     """A model window in a verify whose speculative topk is > 1 (every NGRAM verify: its topk is the
     BFS breadth), on pages > 1 token; the topk is the mode's own server argument."""
-    from harness.modes import MODES
-
     tree = MODES[mode].backend_role == "target" and MODES[mode].speculative_args(spec)["speculative_eagle_topk"] > 1
     return bool(spec.sliding_window) and tree and spec.page_size > 1
 

@@ -12,26 +12,14 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from harness.case_spec import CaseSpec, default_capture_sizes, max_request_len
 from harness.releases import since
 from harness.runners import GRAPH_RUNNER_NAMES
 
 if TYPE_CHECKING:
-    from harness.cases import CaseSpec
     from harness.modes.base import SpecMode
-
-
-# A case that states no context_len runs on a model of at least this context (Llama-2 class):
-# production sizes buffers from the model, not from the requests in flight, so short requests
-# meet wide buffers as they do there.
-DEFAULT_MODEL_CONTEXT_LEN = 4096
-
-
-def max_request_len(context_len: int) -> int:
-    """sglang's max_req_len for a model of this context (tp_worker: context_len - 1, less when the KV
-    pool is smaller): a request's prompt plus its output stays below it."""
-    return context_len - 1
 
 
 # Tokens of a req_to_token row past the context that hold no draft token: sglang sizes every row
@@ -72,19 +60,6 @@ def max_committed_prefix(context_len: int, most_committed: int, release: str | N
     """
     below = IN_FLIGHT_BELOW_MAX_REQ_LEN.at(release) if release else IN_FLIGHT_BELOW_MAX_REQ_LEN.value
     return min(max_request_len(context_len) - below + most_committed, context_len + ROW_SPARE)
-
-
-def model_context_len(spec: "CaseSpec") -> int:
-    """The model's context length: the case's, or the default doubled until the longest prefix is
-    committed in every speculative configuration (context_len - 4, the wall without overlap, never
-    above the wall of steps of one token).
-
-    Never derived to just fit the case: backends size their buffers from it as they do in production.
-    """
-    context_len = spec.context_len or DEFAULT_MODEL_CONTEXT_LEN
-    while not spec.context_len and max_request_len(context_len) - 3 < max(spec.prefix_lens):
-        context_len *= 2
-    return context_len
 
 
 @dataclass(frozen=True)
@@ -140,31 +115,34 @@ FIELD_RANGES: dict[str, Range] = {
 }
 
 
-def sliding_window_problem(spec: "CaseSpec") -> str | None:
-    """What is wrong with the case's model window, else None (the range is FIELD_RANGES')."""
-    if spec.sliding_window == 1:
+def sliding_window_problem(fields: Mapping[str, Any]) -> str | None:
+    """What is wrong with a case's model window (its fields as a file gives them), else None (the
+    range is FIELD_RANGES')."""
+    if fields["sliding_window"] == 1:
         return ("1 is a window sglang cannot serve: the layer gets sliding_window - 1 = 0, which "
                 "RadixAttention reads as no window (sliding_window_size or -1); give 0 (full attention) "
                 "or at least 2")
-    if spec.sliding_window and (spec.draft_window or spec.draft_sink):
+    if fields["sliding_window"] and (fields["draft_window"] or fields["draft_sink"]):
         return ("no rule combines the model's window with the draft window / sink (sglang 0.5.23: Triton's "
                 "window layers read their own window rail and ignore the draft window, FlashInfer's read the "
                 "draft window's indices), so a case takes sliding_window or draft_window / draft_sink, not both")
     return None
 
 
-def field_problem(spec: "CaseSpec") -> tuple[str, str] | None:
-    """(field, what is wrong) for the first value outside FIELD_RANGES, else None."""
+def field_problem(fields: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, what is wrong) for the first value of a case's fields (as a file gives them) outside
+    FIELD_RANGES, else None."""
     for field, limit in FIELD_RANGES.items():
-        value = getattr(spec, field)
+        value = fields[field]
         values = value if isinstance(value, list) else [] if value is None else [value]
         for index, item in enumerate(values):
             problem = limit.problem(item)
             if problem:
                 return field, (f"item {index + 1}: {problem}" if isinstance(value, list) else problem)
-    graph = any(runner in GRAPH_RUNNER_NAMES for runner in spec.runners)
-    if graph and not spec.capture_bs and 4 * spec.bs > FIELD_RANGES["capture_bs"].high:
-        return "capture_bs", (f"left out, it is bs, 2 x bs, 4 x bs = {spec.capture_sizes}, over "
+    graph = any(runner in GRAPH_RUNNER_NAMES for runner in fields["runners"])
+    sizes = default_capture_sizes(fields["bs"])
+    if graph and not fields["capture_bs"] and max(sizes) > FIELD_RANGES["capture_bs"].high:
+        return "capture_bs", (f"left out, it is bs, 2 x bs, 4 x bs = {sizes}, over "
                               f"{FIELD_RANGES['capture_bs'].high} ({_GRAPH_BS}); give capture_bs sizes up to it")
     return None
 
@@ -191,7 +169,7 @@ class Buffer:
 class CellSizes:
     """The numbers the buffers are sized from, for the largest cell of a case."""
 
-    spec: "CaseSpec"
+    spec: CaseSpec
     row_tokens: int  # all requests' rows together (prefix + the tokens the mode adds), in whole pages
     graph_bs: int  # largest capture size, or 0 when no graph form runs
     rows_per_request: int  # rows of the backend's batch per request (SpecMode.rows_per_request)
@@ -233,7 +211,7 @@ BUFFERS = (
 )
 
 
-def largest_cell_sizes(mode: "SpecMode", spec: "CaseSpec") -> CellSizes:
+def largest_cell_sizes(mode: "SpecMode", spec: CaseSpec) -> CellSizes:
     """The sizes of the case's largest cell: its largest capture size, padded with small_real rows."""
     import torch
 
@@ -244,22 +222,22 @@ def largest_cell_sizes(mode: "SpecMode", spec: "CaseSpec") -> CellSizes:
         spec=spec, row_tokens=sum(-(-row // page) * page for row in rows),
         graph_bs=max(spec.capture_sizes) if graph else 0, rows_per_request=mode.rows_per_request(spec),
         tokens_per_request=mode.tokens_per_request(spec),
-        context_len=model_context_len(spec),
+        context_len=spec.model_context_len,
         graph_steps=spec.num_steps if mode.backend_role == "draft_multi_step" else 1,
         dtype_bytes=torch.finfo(getattr(torch, spec.dtype)).bits // 8,
     )
 
 
-def _most_committed(mode: "SpecMode", spec: "CaseSpec") -> int:
-    return mode.most_committed(spec.num_steps, spec.input_lens[0] if spec.input_lens else None)
+def _most_committed(mode: "SpecMode", spec: CaseSpec) -> int:
+    return mode.most_committed(spec.num_steps, spec.window)
 
 
-def committed_wall(mode: "SpecMode", spec: "CaseSpec") -> int:
+def committed_wall(mode: "SpecMode", spec: CaseSpec) -> int:
     """The case's context wall: the longest prefix a step of its mode runs on, for its stated context_len."""
     return max_committed_prefix(spec.context_len, _most_committed(mode, spec))
 
 
-def _past_the_wall(mode: "SpecMode", spec: "CaseSpec") -> str | None:
+def _past_the_wall(mode: "SpecMode", spec: CaseSpec) -> str | None:
     """Why a prefix is longer than any request is committed when a step of this mode runs, or None."""
     most, wall = _most_committed(mode, spec), committed_wall(mode, spec)
     index, longest = max(enumerate(spec.prefix_lens, start=1), key=lambda item: item[1])
@@ -278,7 +256,7 @@ def _gib(size: int) -> str:
     return f"{size / (1 << 30):,.1f} GiB"
 
 
-def case_problem(mode: "SpecMode", spec: "CaseSpec") -> tuple[str, str] | None:
+def case_problem(mode: "SpecMode", spec: CaseSpec) -> tuple[str, str] | None:
     """(field, what is wrong) when the case needs what no cell can have, else None.
 
     Runs after the mode accepted the case, so row lengths are the mode's own.

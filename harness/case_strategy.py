@@ -6,7 +6,7 @@ size buffers and bounds from: the model's context wall (the longest committed pr
 speculative step runs on, case_limits.max_committed_prefix) and one token short of it, page
 boundaries, sglang's capture sizes and their neighbours, the shortest prefixes a mode runs on
 (0 and 1 tokens; 1 and 2 in draft decode, whose committed length is never 0), one request and
-many; the model's sliding window at the same edges, around a request's prefix. Validity is the schema's own: a draw goes through CaseSpec, the loader's mode and
+many; the model's sliding window at the same edges, around a request's prefix. Validity is the schema's own: a draw goes through the case schema, the loader's mode and
 size rules (cases.spec_problem) and the backend entry's skip rules, and is redrawn if any says
 no or if it costs more than the profile's caps. The names drawn come from the registries
 (MODES, the machine's BACKENDS x RUNNER_FORMS) and the schema's vocabularies. The smallest or
@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from harness.case_limits import max_committed_prefix
-from harness.cases import CaseSpec, HostMirrors, KvLayout, PadStyle, spec_problem
+from harness.case_spec import HostMirrors, KvLayout, PadStyle
+from harness.cases import spec_from_fields, spec_problem
 from harness.cell_matrix import combination_skip_reason
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, cell_cost, machine_runs
 from harness.modes import MODES
@@ -100,7 +101,7 @@ def _capture_bs(bs: int, profile: DrawProfile) -> st.SearchStrategy[int]:
 def why_not_runnable(mode: str, fields: dict, profile: DrawProfile) -> str | None:
     """Why drawn fields are no case for this profile: the schema, the loader's rules, the backend, the caps."""
     try:
-        spec = CaseSpec.model_validate(fields)
+        spec = spec_from_fields(fields)
     except ValidationError as error:
         return str(error.errors()[0]["msg"])
     problem = spec_problem(mode, spec)

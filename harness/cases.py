@@ -8,6 +8,10 @@ selection is refused rather than running nothing, names are restricted to what i
 ids and paths, and sizes must be ones a backend and a machine can serve (harness/case_limits.py).
 Every problem is one ``CaseFileError`` line naming the file, the case and the field, and saying
 what would be valid.
+
+The case itself is a value below every registry (harness/case_spec.py CaseSpec); this loader sits
+above them and holds what a file may say: CaseFields, the schema users read (the value's fields,
+``bs`` the file states, the registries' names), and the rules a case must meet.
 """
 
 from __future__ import annotations
@@ -16,28 +20,25 @@ import difflib
 import itertools
 import re
 import reprlib
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Mapping, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from harness import ROOT, case_limits, case_yaml
 from harness.backends import BACKENDS
+from harness.case_spec import Case, CaseSpec
 from harness.modes import MODES
 from harness.runners import RUNNER_NAMES
 
-# The names a case may use, all in one place. Modes, runner forms and backends come from their
-# registries; the others are vocabularies of the fixtures (pools, layouts, padding).
+# The names a case may pick from the registries; the fixtures' vocabularies are the value's.
 Mode = Literal[tuple(MODES)]
-Dtype = Literal["float32", "float16", "bfloat16"]
-KvLayout = Literal["shuffled", "contiguous", "interleaved", "non_monotonic"]
-HostMirrors = Literal["full", "gpu_only", "none"]
 Runner = Literal[RUNNER_NAMES]
-PadStyle = Literal["prod_fill", "small_real"]
 BackendName = Literal[tuple(BACKENDS)]
+REGISTRY_FIELDS = {"runners": (Runner, RUNNER_NAMES), "backends": (BackendName, tuple(BACKENDS))}
 
 CASES_DIR = ROOT / "cases"
 
@@ -57,56 +58,10 @@ def _problem(field: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("case_field", "{message}", {"field": field, "message": message})
 
 
-class CaseSpec(BaseModel):
-    """One fully expanded case. Field docs are the schema users read; sizes are case_limits'."""
+class _CaseRules(BaseModel):
+    """What a case must meet beyond its fields' types: CaseFields' validators (its fields are the value's)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    name: str = Field(description="short id, unique in its file")
-    bs: int = Field(description="real requests in the batch")
-    prefix_lens: list[int] = Field(description="committed KV tokens per request (len == bs)")
-    input_lens: list[int] | None = Field(
-        default=None,
-        description="new query tokens per request: the verify window (target_verify) or the "
-        "draft-extend window (draft_extend_v2); an int is repeated bs times; unused by draft_decode",
-    )
-    topk: int = 1
-    num_steps: int = Field(default=3, description="EAGLE draft steps")
-    page_size: int = 1
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 64
-    dtype: Dtype = "float32"
-    kv_layout: KvLayout = "shuffled"
-    host_mirrors: HostMirrors = Field(
-        default="full",
-        description="full: CPU mirrors as the scheduler passes them; gpu_only: the GPU-only "
-        "path's Nones, exactly as production passes them; none: every *_cpu / seq_lens_sum None",
-    )
-    runners: list[Runner] = list(RUNNER_NAMES)
-    pad_styles: list[PadStyle] = ["prod_fill", "small_real"]
-    capture_bs: list[int] = Field(
-        default=[],
-        description="CUDA-graph capture batch sizes; empty means 1x, 2x and 4x bs",
-    )
-    backends: list[BackendName] = list(BACKENDS)
-    context_len: int = Field(
-        default=0, description="the model's context length: backends size their buffers from it, and each "
-        "req_to_token row gets sglang's speculative headroom on top; a prefix is at most what a request has "
-        "committed when a speculative step runs (case_limits.max_committed_prefix: context_len - 5 + the most "
-        "tokens one step commits, - 4 + before sglang 0.5.22); 0 = 4096, doubled until the longest prefix is at most context_len - 4 "
-        "(never just fits the case)")
-    draft_window: int = Field(
-        default=0,
-        description="draft decode only: --speculative-draft-window-size (0 = off); the draft attends "
-        "draft_sink prefix tokens + the most recent draft_window, then its own branch")
-    draft_sink: int = Field(default=0, description="draft decode only: --speculative-draft-sink-size")
-    sliding_window: int = Field(
-        default=0,
-        description="the model's sliding window, as its HF config names it (0 = full attention): a query "
-        "at position p attends keys at positions k with p - k < sliding_window; sglang's layer gets "
-        "sliding_window - 1, as Gemma 2's get_attention_sliding_window_size gives it")
-    seed: int = 0
 
     @model_validator(mode="before")
     @classmethod
@@ -122,66 +77,80 @@ class CaseSpec(BaseModel):
         return {**data, **repeated}
 
     @model_validator(mode="after")
-    def _consistent(self) -> "CaseSpec":
-        problem = case_limits.field_problem(self) or self._inconsistency()
+    def _consistent(self):
+        fields = dict(self)
+        problem = case_limits.field_problem(fields) or _inconsistency(fields)
         if problem:
             raise _problem(*problem)
         return self
 
-    def _inconsistency(self) -> tuple[str, str] | None:
-        for field in ("prefix_lens", "input_lens"):
-            lengths = getattr(self, field)
-            if lengths is not None and len(lengths) != self.bs:
-                return field, (f"has {len(lengths)} entries but bs is {self.bs} "
-                               "(one per request, or one number for all)")
-        window = case_limits.sliding_window_problem(self)
-        if window:
-            return "sliding_window", window
-        if self.num_heads % self.num_kv_heads:
-            return "num_heads", f"{self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}"
-        if any(size < self.bs for size in self.capture_bs):
-            return "capture_bs", (f"{self.capture_bs} must each be >= bs {self.bs} "
-                                  "(a graph pads the batch up to its size)")
-        for field in SELECTIONS:
-            chosen = getattr(self, field)
-            repeated = next((item for index, item in enumerate(chosen) if item in chosen[:index]), None)
-            if repeated is not None:
-                return field, f"lists {repeated!r} twice (its cells would run twice under one id)"
-            if not chosen and field != "capture_bs":
-                return field, (f"is empty, so the case would make no cells; name at least one of "
-                               f"{', '.join(_choices(field))}, or leave {field} out for all")
-        return None
 
-    @property
-    def capture_sizes(self) -> list[int]:
-        return self.capture_bs or [self.bs, 2 * self.bs, 4 * self.bs]
+def _inconsistency(fields: Mapping[str, Any]) -> tuple[str, str] | None:
+    bs = fields["bs"]
+    for field in ("prefix_lens", "input_lens"):
+        lengths = fields[field]
+        if lengths is not None and len(lengths) != bs:
+            return field, (f"has {len(lengths)} entries but bs is {bs} "
+                           "(one per request, or one number for all)")
+    window = case_limits.sliding_window_problem(fields)
+    if window:
+        return "sliding_window", window
+    if fields["num_heads"] % fields["num_kv_heads"]:
+        return "num_heads", f"{fields['num_heads']} is not a multiple of num_kv_heads {fields['num_kv_heads']}"
+    if any(size < bs for size in fields["capture_bs"]):
+        return "capture_bs", (f"{fields['capture_bs']} must each be >= bs {bs} "
+                              "(a graph pads the batch up to its size)")
+    for field in SELECTIONS:
+        chosen = fields[field]
+        repeated = next((item for index, item in enumerate(chosen) if item in chosen[:index]), None)
+        if repeated is not None:
+            return field, f"lists {repeated!r} twice (its cells would run twice under one id)"
+        if not chosen and field != "capture_bs":
+            return field, (f"is empty, so the case would make no cells; name at least one of "
+                           f"{', '.join(_choices(field))}, or leave {field} out for all")
+    return None
 
+
+def _as_written(field: str, info: FieldInfo) -> tuple[Any, FieldInfo]:
+    """A value field as a file writes it: a registry's names are checked against it, all by default."""
+    if field not in REGISTRY_FIELDS:
+        return info.annotation, info
+    name, names = REGISTRY_FIELDS[field]
+    return list[name], Field(default=list(names), description=info.description)
+
+
+_VALUE_FIELDS = {field: _as_written(field, info) for field, info in CaseSpec.model_fields.items()}
+# The schema users read: the value's fields with the batch size a file states, in the order files write them.
+CaseFields = create_model(
+    "CaseFields", __base__=_CaseRules, __doc__="One case as a file gives it (harness/case_spec.py CaseSpec's fields and bs).",
+    name=_VALUE_FIELDS.pop("name"), bs=(int, Field(description="real requests in the batch")), **_VALUE_FIELDS)
 
 SELECTIONS = ("backends", "runners", "pad_styles", "capture_bs")  # lists a case picks cells from
-SWEEPABLE = tuple(field for field in CaseSpec.model_fields if field != "name")
-ENTRY_KEYS = (*CaseSpec.model_fields, "sweep", "variants")  # what a case entry may hold
+SWEEPABLE = tuple(field for field in CaseFields.model_fields if field != "name")
+ENTRY_KEYS = (*CaseFields.model_fields, "sweep", "variants")  # what a case entry may hold
 
 
 def _choices(field: str) -> tuple[str, ...]:
     """The names a list field may hold, read from its Literal (list[Literal[...]])."""
-    return get_args(get_args(CaseSpec.model_fields[field].annotation)[0])
+    return get_args(get_args(CaseFields.model_fields[field].annotation)[0])
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-@dataclass(frozen=True)
-class Case:
-    """A case bound to its mode and source file (so errors and reports can name them)."""
+def spec_from_fields(fields: Mapping[str, Any]) -> CaseSpec:
+    """A case's fields as a file gives them -> the value, or pydantic's ValidationError naming the field.
 
-    mode: Mode
-    spec: CaseSpec
-    source: str
+    The schema and the size rules; the mode's rules are spec_problem's.
+    """
+    return CaseSpec(**{field: value for field, value in CaseFields.model_validate(fields) if field != "bs"})
 
-    @property
-    def case_id(self) -> str:
-        return f"{self.mode}-{self.spec.name}"
+
+def fields_of(spec: CaseSpec) -> dict[str, Any]:
+    """The value as a case file's fields, in the schema's order (spec_from_fields' inverse)."""
+    dump = spec.model_dump()
+    return {field: spec.bs if field == "bs" else dump[field] for field in CaseFields.model_fields}
 
 
 class _CaseFile(BaseModel):
@@ -325,7 +294,7 @@ def _checked_variants(variants: Any) -> list[dict]:
         if nested:
             raise _Problem(f"{field}.{nested}", "a variant cannot hold a sweep or variants of its own; "
                                                 "put the sweep on the case")
-        _checked_keys(variant, field, tuple(CaseSpec.model_fields))
+        _checked_keys(variant, field, tuple(CaseFields.model_fields))
         if "name" not in variant:
             if len(variants) > 1:
                 raise _Problem(field, "has no name; when a case has several variants each needs a "
@@ -437,7 +406,7 @@ def load_case_file(path: Path) -> list[Case]:
             case = f"case '{name}'"
             inherited = parsed.defaults.keys() - raw.keys() - overridden
             try:
-                spec = CaseSpec.model_validate(fields)
+                spec = spec_from_fields(fields)
             except ValidationError as exc:
                 raise CaseFileError(_validation_line(where, case, exc, inherited)) from None
             found = spec_problem(parsed.mode, spec)

@@ -13,7 +13,8 @@ from _pytest.mark.expression import Expression
 
 from harness import ROOT
 from harness.backends import BACKENDS
-from harness.cases import CASES_DIR, Case, CaseSpec
+from harness.case_spec import Case, CaseSpec
+from harness.cases import CASES_DIR
 from harness.modes import MODES
 from harness.pools import DRAW_PLACES
 from harness.known_failures import KNOWN_FAILURES_FILE
@@ -33,15 +34,10 @@ class Cell:
         graph = f"-cbs{self.capture_bs}-{self.padding or 'nopad'}" if self.runner in GRAPH_RUNNER_NAMES else ""
         return f"{self.case.case_id}-{self.backend}-{self.runner}{graph}"
 
-    @property
-    def draft_shape(self) -> str:
-        """'tree' where a request drafts several branches (topk > 1), else 'chain'."""
-        return "tree" if self.case.spec.topk > 1 else "chain"
-
     def record_keys(self) -> dict:
         """The fields reports group by (see harness/reporting)."""
         return dict(cell_id=self.cell_id, case=self.case.spec.name, backend=self.backend,
-                    mode=self.case.mode, draft_shape=self.draft_shape,
+                    mode=self.case.mode, draft_shape=self.case.spec.draft_shape,
                     host_mirrors=self.case.spec.host_mirrors, runner=self.runner,
                     padding=self.padding, capture_bs=self.capture_bs)
 
@@ -62,7 +58,7 @@ def combination_skip_reason(mode: str, backend: str, runner: str, spec: CaseSpec
     """skip_reason for a (mode, backend, runner form, case) before any cell exists (the generator's draws)."""
     entry = BACKENDS[backend]
     return (RUNNER_FORMS[runner].skip_reason(entry) or entry.skip_reason(mode, spec)
-            or MODES[mode].worker_skip_reason(entry, runner, spec))
+            or MODES[mode].worker_skip_reason(entry.server_arg, RUNNER_FORMS[runner].graph, spec))
 
 
 def _graph_cells(case: Case, backend: str, runner: str) -> list[Cell]:
@@ -105,9 +101,9 @@ def with_small_real_requests(spec: CaseSpec, capture_bs: int) -> CaseSpec:
     """small_real padding: fill the captured batch with short genuine requests."""
     extra = capture_bs - spec.bs
     prefixes = [SMALL_REAL_PREFIXES[i % len(SMALL_REAL_PREFIXES)] for i in range(extra)]
-    update = dict(bs=capture_bs, prefix_lens=[*spec.prefix_lens, *prefixes])
+    update = dict(prefix_lens=[*spec.prefix_lens, *prefixes])
     if spec.input_lens is not None:
-        update["input_lens"] = [*spec.input_lens, *[spec.input_lens[0]] * extra]
+        update["input_lens"] = [spec.window] * capture_bs
     return spec.model_copy(update=update)
 
 
@@ -120,9 +116,9 @@ def extra_batch_spec(spec: CaseSpec, bs: int) -> CaseSpec:
     """``bs`` requests with other prefix lengths than the case's (see replay_batches)."""
     prefixes, longest = spec.prefix_lens, max(spec.prefix_lens)
     shifted = [min(longest, max(1, prefixes[(i + 1) % spec.bs] - (i + 1))) for i in range(bs)]
-    update = dict(bs=bs, prefix_lens=shifted, seed=spec.seed + 1)
+    update = dict(prefix_lens=shifted, seed=spec.seed + 1)
     if spec.input_lens is not None:
-        update["input_lens"] = [spec.input_lens[0]] * bs
+        update["input_lens"] = [spec.window] * bs
     return spec.model_copy(update=update)
 
 

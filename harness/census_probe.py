@@ -303,7 +303,7 @@ def _batch_figures(batch, eager: list, replayed: list | None, merges: list[Merge
 
 def probe_cell(cell: Cell) -> dict:
     """The census figures of every batch the cell runs; skipped or error with the reason otherwise."""
-    identity = dict(cell_id=cell.cell_id, backend=cell.backend, mode=cell.case.mode, draft_shape=cell.draft_shape,
+    identity = dict(cell_id=cell.cell_id, backend=cell.backend, mode=cell.case.mode, draft_shape=cell.case.spec.draft_shape,
                     runner=cell.runner, dtype=cell.case.spec.dtype)
     reason = skip_reason(cell)
     heads = census_heads(cell.case.spec.num_heads)

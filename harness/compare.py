@@ -85,6 +85,26 @@ class Comparison:
                 f"atol={self.census_atol:g}, rtol={self.census_rtol:g}); worst at {self.worst}")
 
 
+@dataclass(frozen=True)
+class CellResult:
+    """One cell's comparisons (harness/run_cell.py), and what they add up to."""
+
+    comparisons: dict[str, Comparison]  # "what vs what, step i" -> comparison
+    phase_s: dict[str, float]  # wall seconds per phase (harness/results.py)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons.values())
+
+    @property
+    def worst(self) -> Comparison:
+        return max(self.comparisons.values(), key=lambda c: (not c.ok, c.mismatch_frac, c.max_abs_err))
+
+    def describe(self) -> str:
+        bad = [f"{name}: {c.describe()}" for name, c in self.comparisons.items() if not c.ok]
+        return "; ".join(bad) or self.worst.describe()
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str],
             census_slack: torch.Tensor | None = None) -> Comparison:
     """out, ref: [num_queries, num_heads, head_dim]; labels name each query row.

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
-from harness.cases import Case, load_all_cases
+from harness.case_spec import Case
+from harness.cases import load_all_cases
 from harness.cell_matrix import Cell, expand_cells
 
 

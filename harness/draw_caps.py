@@ -16,7 +16,7 @@ from functools import lru_cache
 from harness import platform
 from harness.backends import BACKENDS
 from harness.case_limits import BUFFERS, largest_cell_sizes
-from harness.cases import CaseSpec
+from harness.case_spec import CaseSpec
 from harness.modes.base import SpecMode
 from harness.runners import RUNNER_FORMS
 from harness.sglang_env import decode_capture_sizes

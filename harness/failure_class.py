@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harness.run_cell import CellResult
+    from harness.compare import CellResult
 
 # class -> what it means, in the words KNOWN_FAILURES.md and the reports use.
 FAILURE_CLASSES = {

@@ -20,7 +20,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.internal.constants_ast import Constants
 
 from harness.case_strategy import DrawnCase, drawn_cases
-from harness.cases import Case, CaseSpec
+from harness.case_spec import Case, CaseSpec
+from harness.cases import spec_from_fields
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile
 from harness.sglang_env import decode_capture_sizes
 
@@ -112,7 +113,7 @@ def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence 
     decode_capture_sizes(DEFAULT_DECODE_MAX_BS)
 
     def keep(drawn: DrawnCase) -> None:
-        name = generated_name(seed, len(kept), CaseSpec.model_validate(drawn.fields))
+        name = generated_name(seed, len(kept), spec_from_fields(drawn.fields))
         if drawn.key not in kept and not (known and _known_to_fail(drawn, name, known)):
             kept[drawn.key] = Draw(drawn, number)
         if len(kept) >= count:
@@ -141,7 +142,7 @@ def generated_name(seed: int, index: int, spec: CaseSpec) -> str:
 
 
 def as_case(drawn: DrawnCase, name: str, source: str) -> Case:
-    return Case(mode=drawn.mode, spec=CaseSpec.model_validate({**drawn.fields, "name": name}), source=source)
+    return Case(mode=drawn.mode, spec=spec_from_fields({**drawn.fields, "name": name}), source=source)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class Generated:
 def generated_tier(profile: DrawProfile, seed: int, count: int, known: Sequence | None = None) -> list[Generated]:
     tier = []
     for index, draw in enumerate(distinct_draws(profile, seed, count, known)):
-        spec = CaseSpec.model_validate(draw.drawn.fields)
+        spec = spec_from_fields(draw.drawn.fields)
         case = as_case(draw.drawn, generated_name(seed, index, spec),
                        f"generated ({profile.name} profile, seed {seed}, draw {index})")
         tier.append(Generated(case, draw, index))

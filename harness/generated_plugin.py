@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness import platform
+from harness.cases import fields_of
 from harness.cell_matrix import case_file_rerun, expand_cells, in_shard, patch_args, repo_path
 from harness.draw_caps import PROFILES
 from harness.generated import Generated, generated_tier
@@ -92,7 +93,7 @@ class GeneratedRun:
         generated, folder = self.by_cell[cell_id], run_dir() / CASES_FOLDER
         path = folder / f"{cell_id}.yaml"
         rerun = case_file_rerun(cell_id, self.cell_args, folder)
-        write_case(path, generated.case.mode, generated.case.spec.model_dump(), [
+        write_case(path, generated.case.mode, fields_of(generated.case.spec), [
             f"Cell {cell_id}, {generated.case.source}: {outcome} in run {run_dir().name}.",
             f"Rerun (no hypothesis draw: on any machine where {generated.case.spec.backends[0]} runs): {rerun}",
             "Copy this file into cases/ to keep the case.",

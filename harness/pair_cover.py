@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from harness import cli
-from harness.cases import CASES_DIR, Case, CaseFileError, CaseSpec, load_all_cases
+from harness.case_spec import Case, CaseSpec
+from harness.cases import CASES_DIR, CaseFields, CaseFileError, fields_of, load_all_cases, spec_from_fields
 from harness.cell_matrix import expand_cells, skip_reason
 from harness.modes import MODES
 from harness.pair_coverage import AXIS, Coverage, Prober, cell_key, coverage, pairs_of
@@ -118,9 +119,9 @@ def suggest(cases: list[Case], table: list[Coverage], prober: Prober, mode: str,
 
 def case_entries(name: str, base: CaseSpec, picks: list[Suggestion]) -> str:
     """The suggestions as case entries of a cases/*.yaml file, one per dtype group."""
-    defaults = CaseSpec.model_fields
+    defaults = CaseFields.model_fields
     shared = [f"    {key}: {value[0] if key == 'input_lens' else value}".replace("'", "")
-              for key, value in base.model_dump().items()
+              for key, value in fields_of(base).items()
               if key not in ("name", "dtype", "capture_bs", "seed") and value != defaults[key].default]
     entries = []
     for dtypes in dict.fromkeys(pick.dtypes for pick in picks):
@@ -174,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.prefix_lens:
             bs = len(args.prefix_lens)
-            base = CaseSpec.model_validate({**base.model_dump(), "bs": bs, "prefix_lens": args.prefix_lens,
-                                            "input_lens": base.input_lens and base.input_lens[:1] * bs})
+            base = spec_from_fields({**fields_of(base), "bs": bs, "prefix_lens": args.prefix_lens,
+                                     "input_lens": base.window and [base.window] * bs})
         picks, left = suggest(cases, table, prober, mode, base)
         if picks or left:
             proposed = True

@@ -28,7 +28,8 @@ from typing import Callable, Iterable, get_args
 from pydantic import ValidationError
 
 from harness.backends import BACKENDS
-from harness.cases import Case, CaseSpec, Dtype, HostMirrors, KvLayout, PadStyle, spec_problem
+from harness.case_spec import Case, CaseSpec, Dtype, HostMirrors, KvLayout, PadStyle
+from harness.cases import fields_of, spec_from_fields, spec_problem
 from harness.cell_matrix import Cell, expand_cells, skip_reason
 from harness.modes import MODES
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS, RUNNER_NAMES
@@ -139,7 +140,7 @@ class Prober:
         key = (mode, id(base), tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in fields.items())))
         if key not in self._specs:
             try:
-                spec = CaseSpec.model_validate({**base.model_dump(), **fields})
+                spec = spec_from_fields({**fields_of(base), **fields})
             except ValidationError:
                 spec = None
             self._specs[key] = None if spec is None or spec_problem(mode, spec) else spec

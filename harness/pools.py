@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.case_limits import model_context_len
-from harness.cases import CaseSpec
+from harness.case_spec import CaseSpec
 from harness.compare import census_heads
 from harness.reference import census_parts, reference_attention
 from harness.releases import since
@@ -137,7 +136,7 @@ def req_to_token_width(spec: CaseSpec, server_args) -> int:
 
     Asked from sglang inside its server-args state (harness/sglang_env.py sglang_state), never mirrored.
     """
-    return model_context_len(spec) + _REQ_TO_TOKEN_HEADROOM.value(server_args)
+    return spec.model_context_len + _REQ_TO_TOKEN_HEADROOM.value(server_args)
 
 
 @dataclass
@@ -205,7 +204,7 @@ def build_state(spec: CaseSpec, layout: SlotLayout, row_lens: list[int], device:
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
     dtype = getattr(torch, spec.dtype)
-    context_len = model_context_len(spec)
+    context_len = spec.model_context_len
     req_to_token = ReqToTokenPool(size=layout.pool_rows - 1, max_context_len=req_to_token_width(spec, server_args),
                                   device=device, enable_memory_saver=False)
     kv = MHATokenToKVPool(size=layout.pool_slots, page_size=spec.page_size, dtype=dtype,

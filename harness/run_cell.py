@@ -26,9 +26,9 @@ import triton.language as tl
 
 from harness import platform
 from harness.backends import BACKENDS
-from harness.cases import CaseSpec
+from harness.case_spec import CaseSpec
 from harness.cell_matrix import Cell, ReplayBatch, cell_batch, replay_batches, skip_reason
-from harness.compare import HALF_ULP, Comparison, compare
+from harness.compare import HALF_ULP, CellResult, compare
 from harness.modes import MODES
 from harness.modes.base import SpecMode
 from harness.invariants import check_backend
@@ -42,24 +42,6 @@ from harness.sglang_env import (layer_sliding_window, model_runner, scheduler_ke
 
 class CellSkipped(Exception):
     """The cell cannot run here; the message is the reason a report shows."""
-
-
-@dataclass(frozen=True)
-class CellResult:
-    comparisons: dict[str, Comparison]  # "what vs what, step i" -> comparison
-    phase_s: dict[str, float]  # wall seconds per phase (harness/results.py)
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.comparisons.values())
-
-    @property
-    def worst(self) -> Comparison:
-        return max(self.comparisons.values(), key=lambda c: (not c.ok, c.mismatch_frac, c.max_abs_err))
-
-    def describe(self) -> str:
-        bad = [f"{name}: {c.describe()}" for name, c in self.comparisons.items() if not c.ok]
-        return "; ".join(bad) or self.worst.describe()
 
 
 def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
@@ -178,8 +160,8 @@ def _one_pool_spec(specs: list[CaseSpec]) -> CaseSpec:
     """The requests of every batch, in order, as one case: what the pools hold."""
     first = specs[0]
     windows = None if first.input_lens is None else [w for spec in specs for w in spec.input_lens]
-    return first.model_copy(update=dict(bs=sum(spec.bs for spec in specs), input_lens=windows,
-                                        prefix_lens=[p for spec in specs for p in spec.prefix_lens]))
+    prefixes = [prefix for spec in specs for prefix in spec.prefix_lens]
+    return first.model_copy(update=dict(prefix_lens=prefixes, input_lens=windows))
 
 
 def _batch_view(state: BatchState, spec: CaseSpec, requests: slice) -> BatchState:
@@ -215,7 +197,7 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
         with clock.phase("backend"):
             runner_obj = model_runner(first, state.pools, server_args, platform.DEVICE,
                                       is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
-            backend = mode.build_backend(entry, runner_obj, first)
+            backend = mode.build_backend(entry.build, runner_obj, first)
         yield states, server_args, backend
 
 

@@ -219,7 +219,7 @@ def _stale_seq_lens_sum() -> None:
     def stale_fields(state, forward_mode, **kwargs):
         fields = original(state, forward_mode, **kwargs)
         if fields["seq_lens_sum"] is not None and forward_mode.is_target_verify():
-            accepted_last_verify = state.spec.input_lens[0] * state.spec.bs // 2
+            accepted_last_verify = state.spec.window * state.spec.bs // 2
             fields["seq_lens_sum"] = max(fields["seq_lens_sum"] - accepted_last_verify, 0)
             if fields["spec_info"] is not None:
                 fields["spec_info"].seq_lens_sum = fields["seq_lens_sum"]

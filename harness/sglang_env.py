@@ -13,7 +13,7 @@ import functools
 from types import SimpleNamespace
 from typing import Iterator
 
-from harness.cases import CaseSpec
+from harness.case_spec import CaseSpec
 from harness.releases import since
 
 SINGLE_RANK = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0,

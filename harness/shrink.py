@@ -26,7 +26,7 @@ import yaml
 
 from harness import ROOT
 from harness.case_strategy import DrawnCase
-from harness.cases import CaseSpec
+from harness.cases import fields_of, spec_from_fields
 from harness.cell_matrix import case_file_rerun, expand_cells, repo_path
 from harness.cell_worker import OUTCOME_MARK
 from harness.draw_caps import DrawProfile
@@ -127,8 +127,7 @@ class _Search:
 
 def write_case(path: Path, mode: str, spec_fields: dict, comments: list[str]) -> None:
     """A case file with one case, every field explicit, so later default changes cannot alter it."""
-    spec = CaseSpec.model_validate(spec_fields)
-    case = spec.model_dump(exclude={"tags"})
+    case = fields_of(spec_from_fields(spec_fields))
     document = yaml.safe_dump({"mode": mode, "cases": [case]}, sort_keys=False, default_flow_style=None)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"# {line}\n" for line in comments) + document)
@@ -150,7 +149,7 @@ def shrink(generated: Generated, first: dict, profile: DrawProfile, seed: int, p
     if search.smallest is None:
         return f"{generated.case.case_id}: hypothesis did not replay the failing draw"
     smallest = search.smallest
-    name = f"{generated_name(seed, generated.index, CaseSpec.model_validate(smallest.fields))}-min"
+    name = f"{generated_name(seed, generated.index, spec_from_fields(smallest.fields))}-min"
     path = out_dir / f"{name}.yaml"
     (cell,) = expand_cells([as_case(smallest, name, str(path))])
     rerun = case_file_rerun(cell.cell_id, patches, out_dir)

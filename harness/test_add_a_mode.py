@@ -27,7 +27,7 @@ CHILD = textwrap.dedent("""
     modes.MODES[twin.name] = twin
 
     from harness.case_strategy import why_not_runnable
-    from harness.cases import load_case_file
+    from harness.cases import fields_of, load_case_file
     from harness.cell_matrix import expand_cells, skip_reason
     from harness.draw_caps import PROFILES
     from harness.known_failures import load_known_failures, match
@@ -46,7 +46,7 @@ CHILD = textwrap.dedent("""
     for cell_id, cell in twins.items():  # the same rules decide what runs, none names the mode
         assert (skip_reason(cell) or "") == (skip_reason(original[cell_id]) or ""), cell_id
 
-    fields = case.spec.model_dump() | dict(backends=["triton"], runners=["eager"])
+    fields = fields_of(case.spec) | dict(backends=["triton"], runners=["eager"])
     assert why_not_runnable("dflash_draft_copy", fields, PROFILES["cpu"]) is None
 
     eager = "dflash_draft-block3-bs1-triton-eager"

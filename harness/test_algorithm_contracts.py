@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.backends import BACKENDS
-from harness.cases import CaseSpec
+from harness.cases import spec_from_fields
 from harness.modes import MODES
 from harness.modes.dflash_verify import RESERVED_LEN
 from harness.run_cell import built_backend
@@ -20,7 +20,7 @@ SHAPE = dict(num_heads=4, num_kv_heads=2, head_dim=64)
 
 def batch_of(mode_name: str, **fields):
     """The mode's ForwardBatch and step views for a small case, built on real pools (no forward runs)."""
-    spec = CaseSpec(name="contract", **SHAPE, **fields)
+    spec = spec_from_fields(dict(name="contract", **SHAPE, **fields))
     mode = MODES[mode_name]
     with built_backend([spec], mode, BACKENDS["triton"], extra_rows=0) as (states, _, backend):
         state = states[0]

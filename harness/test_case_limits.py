@@ -15,7 +15,7 @@ import torch
 
 from harness.backends import BACKENDS
 from harness.case_limits import BUFFERS, ROW_SPARE, largest_cell_sizes, max_committed_prefix
-from harness.cases import CaseSpec
+from harness.cases import spec_from_fields
 from harness.modes import MODES
 from harness.cell_matrix import with_small_real_requests
 from harness.run_cell import built_backend
@@ -42,7 +42,7 @@ def _storages(tensors) -> dict[int, int]:
 @pytest.mark.parametrize("mode_name", sorted(CASES))
 def test_estimate_matches_what_a_cell_allocates(mode_name):
     """Each group of buffers within 15% of the bytes sglang and the harness really allocate."""
-    spec, mode, entry = CaseSpec.model_validate(CASES[mode_name]), MODES[mode_name], BACKENDS["triton"]
+    spec, mode, entry = spec_from_fields(CASES[mode_name]), MODES[mode_name], BACKENDS["triton"]
     pool, req_to_token, *graph = (buffer.size(largest_cell_sizes(mode, spec)) for buffer in BUFFERS)
     capture = max(spec.capture_sizes)
     padded = with_small_real_requests(spec, capture)  # the largest cell: small_real at the top size

@@ -138,10 +138,11 @@ def test_recording_copies_the_census_head_and_puts_the_function_back(fake_merge_
 
 def _verify_batch(prefix_lens: list[int]):
     """A target_verify tree batch as run_cell prepares it (the fields the probe reads), V per request."""
-    from harness.cases import CaseSpec
+    from harness.cases import spec_from_fields
 
-    spec = CaseSpec(name="probe", bs=len(prefix_lens), prefix_lens=prefix_lens, input_lens=5, topk=2, num_steps=3,
-                    num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype="bfloat16")
+    spec = spec_from_fields(dict(name="probe", bs=len(prefix_lens), prefix_lens=prefix_lens, input_lens=5, topk=2,
+                                 num_steps=3, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+                                 dtype="bfloat16"))
     gen = torch.Generator().manual_seed(2)
     row_v = [torch.randn(n, KV_HEADS, HEAD_DIM, generator=gen).to(torch.bfloat16)
              for n in TARGET_VERIFY.row_lens(spec)]

@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.cases import CaseSpec
+from harness.case_spec import CaseSpec
+from harness.cases import spec_from_fields
 from harness.modes import DRAFT_DECODE
 from harness.pools import build_layout, build_state
 from harness.sglang_env import server_fields, sglang_state
@@ -62,8 +63,8 @@ def _sglangs_draft_slots(state, monkeypatch) -> torch.Tensor:
 @pytest.mark.parametrize("prefix_lens", [[21, 16, 45], [1, 15, 33]], ids=["tails-5-0-13", "tails-1-15-1"])
 @pytest.mark.parametrize("kv_layout", ["shuffled", "non_monotonic"])
 def test_paged_tree_slots_and_tail_copies_are_sglangs(prefix_lens, kv_layout, monkeypatch):
-    spec = CaseSpec(name="paged-tree", bs=3, prefix_lens=prefix_lens, topk=3, num_steps=3, page_size=16,
-                    kv_layout=kv_layout)
+    spec = spec_from_fields(dict(name="paged-tree", bs=3, prefix_lens=prefix_lens, topk=3, num_steps=3,
+                                 page_size=16, kv_layout=kv_layout))
     with sglang_state(server_fields(spec, "triton", DRAFT_DECODE.speculative_args(spec))) as server_args:
         ours, theirs = _state(spec, server_args), _state(spec, server_args)  # one seed: the same pools
         forward_batch = DRAFT_DECODE.forward_batch(ours, DRAFT_DECODE.steps(spec))

@@ -17,7 +17,7 @@ from hypothesis import Phase, find, settings
 
 from harness import ROOT
 from harness.case_strategy import DrawnCase, drawn_cases, why_not_runnable
-from harness.cases import CaseSpec, load_case_file
+from harness.cases import fields_of, load_case_file, spec_from_fields
 from harness.cell_matrix import expand_cells
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, PROFILES, cell_cost, machine_runs
 from harness.failure_class import CRASHED, TIMED_OUT, of_exception
@@ -45,7 +45,7 @@ def test_every_draw_loads_as_a_case_file_and_is_one_cell_within_the_caps(tier, t
     assert len(generated) == DRAWS
     for item in generated:
         path = tmp_path / f"{item.case.spec.name}.yaml"
-        write_case(path, item.case.mode, item.case.spec.model_dump(), [])
+        write_case(path, item.case.mode, fields_of(item.case.spec), [])
         (loaded,) = load_case_file(path)
         assert loaded.spec == item.case.spec and loaded.mode == item.case.mode
         (cell,) = expand_cells([loaded])
@@ -120,7 +120,7 @@ def test_draws_reach_the_context_wall(what):
     reached = REACHED[what]
     with draws_from_the_seed_alone():
         drawn = find(drawn_cases(PROFILES["cpu"]),
-                     lambda drawn: reached(MODES[drawn.mode], CaseSpec.model_validate(drawn.fields)),
+                     lambda drawn: reached(MODES[drawn.mode], spec_from_fields(drawn.fields)),
                      settings=settings(database=None, derandomize=True, max_examples=2000, phases=[Phase.generate]))
     assert why_not_runnable(drawn.mode, drawn.fields, PROFILES["cpu"]) is None
 

@@ -112,11 +112,11 @@ def test_every_draw_zeroes_q_in_the_census_head_and_expects_the_mean_of_v():
     plain mean of V over what each query sees."""
     from types import SimpleNamespace
 
-    from harness.cases import CaseSpec
+    from harness.cases import spec_from_fields
     from harness.pools import draw_inputs
     from harness.modes import TARGET_VERIFY
 
-    spec = CaseSpec(name="census", bs=2, prefix_lens=[5, 3], input_lens=4, num_heads=4, num_kv_heads=2)
+    spec = spec_from_fields(dict(name="census", bs=2, prefix_lens=[5, 3], input_lens=4, num_heads=4, num_kv_heads=2))
     gen = torch.Generator().manual_seed(0)
     rows = [torch.randn(n, 2, 64, generator=gen, dtype=torch.float32) for n in TARGET_VERIFY.row_lens(spec)]
     state = SimpleNamespace(spec=spec, device="cpu", row_k=rows, row_v=[r.clone() for r in rows],

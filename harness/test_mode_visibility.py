@@ -11,14 +11,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.cases import CaseSpec
+from harness.case_spec import CaseSpec
+from harness.cases import spec_from_fields
 from harness.modes import (DFLASH_DRAFT, DFLASH_VERIFY, DRAFT_DECODE, DRAFT_EXTEND_V2, FROZEN_KV_MTP_DRAFT,
                            FROZEN_KV_MTP_VERIFY, NGRAM_VERIFY, TARGET_VERIFY)
 from harness.modes import dflash_verify, target_verify
 
 
 def spec(**fields) -> CaseSpec:
-    return CaseSpec(name="hand", **{"bs": 1, "prefix_lens": [3], "num_steps": 3, **fields})
+    return spec_from_fields({"name": "hand", "bs": 1, "prefix_lens": [3], "num_steps": 3, **fields})
 
 
 def visible(step) -> list[tuple[int, tuple[int, ...]]]:

@@ -12,9 +12,9 @@ from types import MethodType, SimpleNamespace
 
 import pytest
 
-from harness.cases import CaseSpec
+from harness.case_spec import DEFAULT_MODEL_CONTEXT_LEN
+from harness.cases import spec_from_fields
 from harness.modes import MODES
-from harness.case_limits import DEFAULT_MODEL_CONTEXT_LEN, model_context_len
 from harness.pools import req_to_token_width
 from harness.sglang_env import server_fields, sglang_state
 
@@ -39,10 +39,10 @@ def _configurator_width(context_len: int, server_args) -> int:
 @pytest.mark.parametrize("shape", SHAPES)
 def test_req_to_token_width_is_the_configurators(shape):
     mode_name, fields = SHAPES[shape]
-    spec = CaseSpec.model_validate(dict(name="s", bs=2, prefix_lens=[0, 9], context_len=2048, **fields))
+    spec = spec_from_fields(dict(name="s", bs=2, prefix_lens=[0, 9], context_len=2048, **fields))
     mode = MODES[mode_name]
     with sglang_state(server_fields(spec, "triton", mode.speculative_args(spec))) as server_args:
-        expected = _configurator_width(model_context_len(spec), server_args)
+        expected = _configurator_width(spec.model_context_len, server_args)
         assert req_to_token_width(spec, server_args) == expected
     # Speculative headroom beyond the context, at least the draft tokens (sglang's base rule).
     assert expected >= 2048 + 4 + mode.num_draft_tokens(spec)
@@ -50,20 +50,20 @@ def test_req_to_token_width_is_the_configurators(shape):
 
 def test_page_reserve_outgrows_the_base_headroom():
     """With pages and a tree, the headroom is the double-buffered page-aligned reserve (sglang #26097's fix)."""
-    spec = CaseSpec.model_validate(dict(name="s", bs=1, prefix_lens=[3], input_lens=8, topk=4, page_size=64))
+    spec = spec_from_fields(dict(name="s", bs=1, prefix_lens=[3], input_lens=8, topk=4, page_size=64))
     mode = MODES["target_verify"]
     with sglang_state(server_fields(spec, "triton", mode.speculative_args(spec))) as server_args:
-        headroom = req_to_token_width(spec, server_args) - model_context_len(spec)
+        headroom = req_to_token_width(spec, server_args) - spec.model_context_len
     assert headroom == 2 * 2 * 64 * 4 + 64 - 1  # 2 x (2 pages per branch x 64 x topk 4) + page - 1
 
 
 @pytest.mark.parametrize("prefixes, expected", [([0], DEFAULT_MODEL_CONTEXT_LEN), ([4092], 4096),
                                                  ([4093], 8192), ([5, 20000], 32768)])
 def test_derived_context_never_just_fits(prefixes, expected):
-    spec = CaseSpec.model_validate(dict(name="s", bs=len(prefixes), prefix_lens=prefixes, input_lens=4))
-    assert model_context_len(spec) == expected
+    spec = spec_from_fields(dict(name="s", bs=len(prefixes), prefix_lens=prefixes, input_lens=4))
+    assert spec.model_context_len == expected
 
 
 def test_stated_context_is_the_models():
-    spec = CaseSpec.model_validate(dict(name="s", bs=1, prefix_lens=[99], input_lens=4, context_len=100))
-    assert model_context_len(spec) == 100
+    spec = spec_from_fields(dict(name="s", bs=1, prefix_lens=[99], input_lens=4, context_len=100))
+    assert spec.model_context_len == 100

@@ -95,10 +95,10 @@ def against_mask(queries: list[Query], row_len: int, mask: torch.Tensor, num_hea
 @pytest.mark.parametrize("window", [2, 5, 9, 40])
 def test_sliding_window_chain_is_a_band(window):
     """Draft extend of 6 tokens after 9: a query at position p attends keys p - window < k <= p."""
-    from harness.cases import CaseSpec
+    from harness.cases import spec_from_fields
     from harness.modes import DRAFT_EXTEND_V2
 
-    case = CaseSpec(name="band", bs=1, prefix_lens=[9], input_lens=6, sliding_window=window)
+    case = spec_from_fields(dict(name="band", bs=1, prefix_lens=[9], input_lens=6, sliding_window=window))
     (step,) = DRAFT_EXTEND_V2.steps(case)
     query = torch.arange(9, 15)[:, None]
     key = torch.arange(15)[None, :]
@@ -109,12 +109,12 @@ def test_sliding_window_chain_is_a_band(window):
 def test_sliding_window_tree_is_a_band_over_depth(window, monkeypatch):
     """Tree [-1, 0, 0, 1, 2] after 4 tokens: ancestors-and-self, within the window counted on
     positions (prefix + depth), not rows."""
-    from harness.cases import CaseSpec
+    from harness.cases import spec_from_fields
     from harness.modes import TARGET_VERIFY, target_verify
 
     parents = [-1, 0, 0, 1, 2]
     monkeypatch.setattr(target_verify, "draft_tree", lambda case, request: parents)
-    case = CaseSpec(name="tree", bs=1, prefix_lens=[4], topk=2, input_lens=5, sliding_window=window)
+    case = spec_from_fields(dict(name="tree", bs=1, prefix_lens=[4], topk=2, input_lens=5, sliding_window=window))
     (step,) = TARGET_VERIFY.steps(case)
     depth = torch.tensor([0, 1, 1, 2, 2])
     position = torch.cat([torch.arange(4), 4 + depth])  # of each row: prefix, then the nodes

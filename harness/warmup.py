@@ -24,6 +24,7 @@ from pathlib import Path
 
 from harness import kernel_caches, platform
 from harness.case_strategy import DrawnCase
+from harness.cases import fields_of
 from harness.cell_matrix import Cell, skip_reason
 from harness.runners import RUNNER_FORMS
 
@@ -76,7 +77,7 @@ def representatives(cells: list[Cell]) -> list[Cell]:
 
 def as_drawn(cell: Cell) -> DrawnCase:
     """The cell as a one-cell case the worker process (harness/cell_worker.py) runs."""
-    fields = cell.case.spec.model_dump()
+    fields = fields_of(cell.case.spec)
     fields.update(backends=[cell.backend], runners=[cell.runner])
     if cell.capture_bs is not None:
         fields["capture_bs"] = [cell.capture_bs]

@@ -9,15 +9,18 @@ CUDA graph) and the reference never branch on the mode's name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from harness.reference import Query, spans_of
 
 if TYPE_CHECKING:
     import torch
 
-    from harness.backends import BackendEntry
-    from harness.cases import CaseSpec
+    from harness.case_spec import CaseSpec
+
+# A backend entry's builder (harness/backends.py BackendEntry.build): (role, model_runner, spec) -> sglang's
+# backend. Modes sit below the backend registry, so they are handed the builder, not the entry.
+BuildBackend = Callable[[str, Any, "CaseSpec"], Any]
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,8 @@ class SpecMode(Protocol):
     def most_committed(self, num_steps: int, window: int | None) -> int: ...  # see case_limits.max_committed_prefix
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def speculative_args(self, spec: CaseSpec) -> dict: ...  # --speculative-* server args
-    def worker_skip_reason(self, backend: BackendEntry, runner: str, spec: CaseSpec) -> str | None: ...
-    def build_backend(self, entry: BackendEntry, model_runner, spec: CaseSpec): ...
+    def worker_skip_reason(self, server_arg: str, graph: bool, spec: CaseSpec) -> str | None: ...
+    def build_backend(self, build: BuildBackend, model_runner, spec: CaseSpec): ...
     def row_lens(self, spec: CaseSpec) -> list[int]: ...
     def query_tokens(self, spec: CaseSpec) -> list[int]: ...  # query rows per request, all forwards
     def num_draft_tokens(self, spec: CaseSpec) -> int: ...
@@ -77,13 +80,14 @@ class ModeDefaults:
     min_prefix_len = 0  # only draft decode (and frozen-KV MTP drafts) shown never to run on an empty prefix
     most_committed_why = EAGLE_MOST_COMMITTED_WHY
 
-    def worker_skip_reason(self, backend: BackendEntry, runner: str, spec: CaseSpec) -> str | None:
-        """Why the algorithm's worker never runs this backend / runner form (production refuses it)."""
+    def worker_skip_reason(self, server_arg: str, graph: bool, spec: CaseSpec) -> str | None:
+        """Why the algorithm's worker never runs the backend sglang names ``server_arg`` (its
+        --attention-backend) in a runner form with (``graph``) or without CUDA-graph hooks, or None."""
         return None
 
-    def build_backend(self, entry: BackendEntry, model_runner, spec: CaseSpec):
+    def build_backend(self, build: BuildBackend, model_runner, spec: CaseSpec):
         """The backend object as the worker builds it: by default the entry's class for the role."""
-        return entry.build(self.backend_role, model_runner, spec)
+        return build(self.backend_role, model_runner, spec)
 
     def query_tokens(self, spec: CaseSpec) -> list[int]:
         """Query rows each request brings over all forwards (what a cell computes, for cost caps)."""
@@ -132,7 +136,7 @@ def eagle_speculative_args(spec: CaseSpec, num_draft_tokens: int, algorithm: str
 class WindowedMode(ModeDefaults):
     """A mode whose requests each carry the same window of new tokens (verify, draft extend).
 
-    The window is input_lens[0]: it is the draft-token count, the tokens per request a
+    The window is the case's (CaseSpec.window): it is the draft-token count, the tokens per request a
     graph captures, and what each request's row grows by.
     """
 
@@ -143,7 +147,7 @@ class WindowedMode(ModeDefaults):
         return eagle_speculative_args(spec, self.num_draft_tokens(spec), self.spec_algorithm)
 
     def num_draft_tokens(self, spec: CaseSpec) -> int:
-        return spec.input_lens[0]
+        return spec.window
 
     def row_lens(self, spec: CaseSpec) -> list[int]:
         return [p + self.num_draft_tokens(spec) for p in spec.prefix_lens]

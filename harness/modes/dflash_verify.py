@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.case_limits import model_context_len
 from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem, visible_spans
 from harness.reference import Query
 from harness.releases import since
 
 if TYPE_CHECKING:
-    from harness.cases import CaseSpec
+    from harness.case_spec import CaseSpec
 
 
 def _reserved_unaligned(prefix: int, block: int, page_size: int) -> int:
@@ -86,8 +85,8 @@ class DFlashVerify(WindowedMode):
 
     def reservation_problem(self, case: CaseSpec) -> str | None:
         """A reservation past the req_to_token row: sglang would write it into the next row."""
-        block, page = case.input_lens[0], case.page_size
-        width = model_context_len(case) + row_headroom(block, page)
+        block, page = case.window, case.page_size
+        width = case.model_context_len + row_headroom(block, page)
         for index, prefix in enumerate(case.prefix_lens):
             reserved = RESERVED_LEN.value(prefix, block, page)
             if reserved > width:

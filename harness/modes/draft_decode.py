@@ -58,7 +58,7 @@ from harness.modes.base import (EAGLE_MOST_COMMITTED_WHY, ForwardStep, ModeDefau
                                  eagle_most_committed, eagle_speculative_args, visible_spans)
 
 if TYPE_CHECKING:
-    from harness.cases import CaseSpec
+    from harness.case_spec import CaseSpec
 
 
 class DraftDecode(ModeDefaults):

@@ -21,7 +21,7 @@ from harness.modes.base import (ForwardStep, WindowedMode, base_fields, fixed_wi
                                  host_mirror, visible_spans)
 
 if TYPE_CHECKING:
-    from harness.cases import CaseSpec
+    from harness.case_spec import CaseSpec
 
 
 class DraftExtendV2(WindowedMode):

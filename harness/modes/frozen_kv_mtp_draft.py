@@ -32,15 +32,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.modes.base import ForwardStep, ModeDefaults, base_fields, eagle_speculative_args
+from harness.modes.base import BuildBackend, ForwardStep, ModeDefaults, base_fields, eagle_speculative_args
 from harness.modes.draft_decode import MODE as DRAFT_DECODE
 from harness.reference import Query, spans_of
 from harness.releases import installed, since
-from harness.runners import RUNNER_FORMS
 
 if TYPE_CHECKING:
-    from harness.backends import BackendEntry
-    from harness.cases import CaseSpec
+    from harness.case_spec import CaseSpec
 
 # frozen_kv_mtp_worker_v2._init_draft_attn_backend: the backends it builds for topk > 1.
 TOPK_DRAFT_BACKENDS = ("triton", "trtllm_mha")
@@ -68,18 +66,18 @@ class FrozenKVMTPDraft(ModeDefaults):
                     "without a mirror); 'none' is no state it produces, use gpu_only")
         return None
 
-    def worker_skip_reason(self, backend: BackendEntry, runner: str, spec: CaseSpec) -> str | None:
-        if spec.topk > 1 and backend.server_arg not in TOPK_DRAFT_BACKENDS:
+    def worker_skip_reason(self, server_arg: str, graph: bool, spec: CaseSpec) -> str | None:
+        if spec.topk > 1 and server_arg not in TOPK_DRAFT_BACKENDS:
             return (f"Frozen-KV MTP topk > 1 drafts on {' or '.join(TOPK_DRAFT_BACKENDS)} only: "
-                    f"frozen_kv_mtp_worker_v2._init_draft_attn_backend raises ValueError for {backend.server_arg}")
-        if RUNNER_FORMS[runner].graph and spec.num_steps < GRAPH_MIN_STEPS.value:
+                    f"frozen_kv_mtp_worker_v2._init_draft_attn_backend raises ValueError for {server_arg}")
+        if graph and spec.num_steps < GRAPH_MIN_STEPS.value:
             return (f"sglang {installed().contracts} captures no Frozen-KV MTP draft graph for a "
                     f"{spec.num_steps}-step draft (_capture_cuda_graphs); it runs eagerly")
         return None
 
-    def build_backend(self, entry: BackendEntry, model_runner, spec: CaseSpec):
+    def build_backend(self, build: BuildBackend, model_runner, spec: CaseSpec):
         if spec.topk == 1:
-            return entry.build(self.backend_role, model_runner, spec)
+            return build(self.backend_role, model_runner, spec)
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
         kv_indptr = torch.zeros(model_runner.req_to_token_pool.size * spec.topk + 1, dtype=torch.int32,

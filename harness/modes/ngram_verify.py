@@ -23,7 +23,7 @@ from harness.modes.base import fixed_window_problem
 from harness.modes.target_verify import TargetVerify
 
 if TYPE_CHECKING:
-    from harness.cases import CaseSpec
+    from harness.case_spec import CaseSpec
 
 
 # sglang's default --speculative-ngram-max-bfs-breadth (arg_groups/fields/spec.py, 0.5.17-0.5.23).
@@ -56,8 +56,8 @@ class NgramVerify(TargetVerify):
                                        "the ngram worker verifies draft_token_num tokens per request")
         if problem:
             return problem
-        if case.input_lens[0] < 2:
-            return f"input_lens: an ngram tree holds a root and at least one draft, so >= 2; got {case.input_lens[0]}"
+        if case.window < 2:
+            return f"input_lens: an ngram tree holds a root and at least one draft, so >= 2; got {case.window}"
         if case.topk != 1:
             return "topk: ngram trees branch as the corpus matches; topk does not apply, leave it at 1"
         return None
@@ -68,7 +68,7 @@ class NgramVerify(TargetVerify):
         Node j's parent is any node the BFS has already opened, i.e. parents
         never decrease; the first draft always hangs off the root.
         """
-        window = spec.input_lens[0]
+        window = spec.window
         gen = torch.Generator().manual_seed(spec.seed * 1000 + request + 7)
         parents = [-1]
         for node in range(1, window):

@@ -22,7 +22,7 @@ from harness.reference import Query
 from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem, visible_spans
 
 if TYPE_CHECKING:
-    from harness.cases import CaseSpec
+    from harness.case_spec import CaseSpec
 
 
 def max_tree_nodes(topk: int, num_steps: int) -> int:
@@ -36,7 +36,7 @@ def draft_tree(spec: CaseSpec, request: int) -> list[int]:
     Parents precede children; each node has at most topk children and depth at
     most num_steps. A chain is parent[j] = j - 1. Trees vary per request.
     """
-    window = spec.input_lens[0]
+    window = spec.window
     if spec.topk == 1:
         return [j - 1 for j in range(window)]
     gen = torch.Generator().manual_seed(spec.seed * 1000 + request)
@@ -71,7 +71,7 @@ class TargetVerify(WindowedMode):
                                        "sglang verifies a fixed window per request")
         if problem:
             return problem
-        window, most = case.input_lens[0], max_tree_nodes(case.topk, case.num_steps)
+        window, most = case.window, max_tree_nodes(case.topk, case.num_steps)
         if case.topk == 1 and window != case.num_steps + 1:
             return f"input_lens: a chain (topk 1) verifies num_steps + 1 = {case.num_steps + 1} tokens, got {window}"
         if case.topk > 1 and not 2 <= window <= most:
