@@ -26,7 +26,7 @@ EXECUTED = frozenset(STATUSES) - {"skipped", "not_run"}
 # Outcomes of executed cells that make the run fail: a real failure, or a known failure that got fixed.
 UNEXPECTED = frozenset({"failed", "crashed", "xpassed"})
 PADDINGS = ("prod_fill", "small_real")
-DRAFT_SHAPES = ("chain", "tree")  # harness/cell_matrix.py: Cell.draft_shape
+DRAFT_SHAPES = ("chain", "tree")  # harness/case_spec.py: CaseSpec.draft_shape
 # Display order only (reports put the verify path first); unknown modes sort after these.
 MODE_ORDER = tuple(MODES)
 
