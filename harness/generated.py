@@ -12,6 +12,7 @@ smaller one's list, and the shrinker replays one pass to find a draw again.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -153,10 +154,26 @@ class Generated:
 
 
 def generated_tier(profile: DrawProfile, seed: int, count: int, known: Sequence | None = None) -> list[Generated]:
+    return tier_of(profile, seed, distinct_draws(profile, seed, count, known))
+
+
+def tier_of(profile: DrawProfile, seed: int, draws: Sequence[Draw]) -> list[Generated]:
+    """The named cases of a seed's distinct draws, in draw order."""
     tier = []
-    for index, draw in enumerate(distinct_draws(profile, seed, count, known)):
+    for index, draw in enumerate(draws):
         spec = spec_from_fields(draw.drawn.fields)
         case = as_case(draw.drawn, generated_name(seed, index, spec),
                        f"generated ({profile.name} profile, seed {seed}, draw {index})")
         tier.append(Generated(case, draw, index))
     return tier
+
+
+def draws_as_json(draws: Sequence[Draw]) -> str:
+    """The draws as text, so that one process draws and the others (pytest-xdist's workers) read:
+    a draw at production shapes costs about 0.1 s of hypothesis, every worker drawing the same
+    hundreds of cases again cost a GPU run a minute of its start."""
+    return json.dumps([[d.drawn.mode, d.drawn.fields, d.pass_number] for d in draws])
+
+
+def draws_from_json(text: str) -> list[Draw]:
+    return [Draw(DrawnCase(mode, fields), number) for mode, fields, number in json.loads(text)]

@@ -24,7 +24,7 @@ from harness import platform
 from harness.cases import fields_of
 from harness.cell_matrix import case_file_rerun, expand_cells, in_shard, patch_args, repo_path
 from harness.draw_caps import PROFILES
-from harness.generated import Generated, generated_tier
+from harness.generated import Generated, distinct_draws, draws_as_json, draws_from_json, tier_of
 from harness.results import run_dir, write_notes
 from harness.shrink import CellExecutor, Shrunk, shrink, write_case
 
@@ -153,24 +153,54 @@ class GeneratedRun:
             terminalreporter.write_line(f"not shrunk: {reason}", yellow=True)
 
 
+DRAWS_INPUT = "attn_generated_draws"  # in an xdist worker's workerinput: the controller's draws, as text
+
+
+def _requested(config) -> bool:
+    return hasattr(config, "_attn_cells") and bool(config.getoption("--generated") or config.getoption("--generated-only"))
+
+
+def _profile(config) -> str:
+    return config.getoption("--generated-profile") or ("gpu" if platform.HAS_GPU else "cpu")
+
+
+def _draws(config) -> tuple[str, float]:
+    """The run's draws as text and the seconds they took: drawn once, by the controller (or a run
+    without workers); an xdist worker reads the controller's (``DRAWS_INPUT``) and draws nothing.
+    The controller uses the text too, so both sides build their cells from the same values."""
+    if hasattr(config, "workerinput"):
+        return config.workerinput[DRAWS_INPUT], 0.0
+    if not hasattr(config, "_attn_draws"):
+        started = time.time()
+        draws = distinct_draws(PROFILES[_profile(config)], config.getoption("--generated-seed"),
+                               config.getoption("--generated"), known=config._attn_known)
+        config._attn_draws = (draws_as_json(draws), time.time() - started)
+    return config._attn_draws
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist starts a worker: hand it the draws (drawn here first if need be)."""
+    if _requested(node.config):
+        node.workerinput[DRAWS_INPUT] = _draws(node.config)[0]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
-    """Draw the cells before collection; after hypothesis's plugin has finished initialising.
+    """Add the drawn cells to the collected ones; after hypothesis's plugin has finished initialising.
 
-    (harness/pytest_plugin.py collected the hand-made cells in pytest_configure.)
+    (harness/pytest_plugin.py collected the hand-made cells in pytest_configure; with workers, the
+    draws were made as pytest-xdist started them, pytest_configure_node.)
     """
     config = session.config
-    count, only = config.getoption("--generated"), config.getoption("--generated-only")
-    if not hasattr(config, "_attn_cells") or not (count or only):
+    if not _requested(config):
         return
-    profile = config.getoption("--generated-profile") or ("gpu" if platform.HAS_GPU else "cpu")
-    seed = config.getoption("--generated-seed")
-    started = time.time()
-    tier = generated_tier(PROFILES[profile], seed, count, known=config._attn_known)
-    draw_s = time.time() - started
+    profile, seed, count = _profile(config), config.getoption("--generated-seed"), config.getoption("--generated")
+    text, draw_s = _draws(config)
+    tier = tier_of(PROFILES[profile], seed, draws_from_json(text))
     cells = [cell for cell in expand_cells([g.case for g in tier]) if in_shard(cell, config._attn_shard)]
     by_case = {g.case.case_id: g for g in tier}
-    config._attn_cells = ([] if only else config._attn_cells) + cells
+    config._attn_cells = ([] if config.getoption("--generated-only") else config._attn_cells) + cells
     run = GeneratedRun(profile, seed, count, draw_s, {cell.cell_id: by_case[cell.case.case_id] for cell in cells},
                        config.getoption("--generated-budget"), controller=not hasattr(config, "workerinput"),
                        cell_args=config._attn_cell_args)

@@ -255,6 +255,31 @@ def test_pytest_option_adds_named_generated_cells(tmp_path):
     assert not [i for i in ids if "-gen11-" not in i]  # --generated-only: no hand-made cell
 
 
+def test_the_controller_draws_once_and_its_workers_build_the_same_cells_from_its_draws(monkeypatch):
+    """pytest-xdist's workers get the controller's draws (workerinput) and draw nothing themselves."""
+    from types import SimpleNamespace
+
+    from harness import generated_plugin
+
+    options = {"--generated": 4, "--generated-seed": 11, "--generated-only": True, "--generated-profile": "cpu"}
+    controller = SimpleNamespace(getoption=options.get, _attn_known=[], _attn_cells=[])
+    nodes = [SimpleNamespace(config=controller, workerinput={}) for _ in range(3)]
+    for node in nodes:
+        generated_plugin.pytest_configure_node(node)
+    text = nodes[0].workerinput[generated_plugin.DRAWS_INPUT]
+    assert all(node.workerinput[generated_plugin.DRAWS_INPUT] is text for node in nodes)  # drawn once
+
+    def no_draw(*args, **kwargs):
+        raise AssertionError("a worker drew")
+
+    monkeypatch.setattr(generated_plugin, "distinct_draws", no_draw)
+    worker = SimpleNamespace(getoption=options.get, _attn_known=[], _attn_cells=[], workerinput=nodes[0].workerinput)
+    assert generated_plugin._draws(worker) == (text, 0.0)
+    expected = [g.case for g in generated_tier(PROFILES["cpu"], 11, 4, known=[])]
+    assert [g.case for g in generated_plugin.tier_of(PROFILES["cpu"], 11,
+                                                    generated_plugin.draws_from_json(text))] == expected
+
+
 def test_graph_runners_never_draw_a_batch_sglang_would_run_eagerly():
     largest = decode_capture_sizes(DEFAULT_DECODE_MAX_BS)[-1]
     for item in generated_tier(PROFILES["gpu"], 1, 120):

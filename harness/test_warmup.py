@@ -5,27 +5,40 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 from harness import warmup
 from harness.cases import load_all_cases
 from harness.cell_matrix import expand_cells
 
 
-def test_one_representative_per_kernel_configuration_and_the_ledger_skips_compiled_ones(tmp_path, monkeypatch):
+def test_one_representative_per_shared_kernel_configuration_and_the_ledger_skips_compiled_ones(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     cells = expand_cells(load_all_cases())
-    chosen = warmup.representatives(cells)
+    chosen, single = warmup.representatives(cells)
     configurations = {warmup.kernel_configuration(cell) for cell in chosen}
     assert len(configurations) == len(chosen)  # one cell per configuration
-    runnable = [cell for cell in cells if warmup.skip_reason(cell) is None]
-    assert configurations == {warmup.kernel_configuration(cell) for cell in runnable}  # every one covered
+    runnable = Counter(warmup.kernel_configuration(cell) for cell in cells if warmup.skip_reason(cell) is None)
+    assert configurations == {c for c, n in runnable.items() if n > 1}  # every shared one covered
+    assert single == sum(n == 1 for n in runnable.values()) > 0  # the hand matrix has lone ones too
     plan = warmup.plan_warm_up(cells, processes=64, run_folder=tmp_path)
-    assert plan.to_compile == chosen and plan.processes == min(64, len(chosen))
+    assert plan.to_compile == chosen and plan.processes == min(64, len(chosen)) and plan.single == single
     done = chosen[: len(chosen) // 2]
     ledger = warmup._ledger()
     ledger.parent.mkdir(parents=True)
     ledger.write_text(__import__("json").dumps([warmup._ledger_key(warmup.kernel_configuration(c)) for c in done]))
     assert warmup.plan_warm_up(cells, 4, tmp_path).to_compile == chosen[len(done):]
+
+
+def test_a_configuration_one_cell_alone_meets_is_left_to_that_cell():
+    """Warming it would run the cell twice: the cell compiles it, as the only one that needs it."""
+    cells = expand_cells(load_all_cases())
+    lone = next(cell for cell in cells if warmup.skip_reason(cell) is None)
+    others = [cell for cell in cells if warmup.kernel_configuration(cell) != warmup.kernel_configuration(lone)]
+    assert warmup.kernel_configuration(lone) not in {warmup.kernel_configuration(c) for c in
+                                                      warmup.representatives([lone, *others])[0]}
+    assert warmup.kernel_configuration(lone) in {warmup.kernel_configuration(c) for c in
+                                                  warmup.representatives([lone, lone, *others])[0]}
 
 
 def test_a_worker_waits_only_while_a_pass_runs(tmp_path):

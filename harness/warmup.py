@@ -66,13 +66,22 @@ def _compiled() -> set[str]:
         return set()
 
 
-def representatives(cells: list[Cell]) -> list[Cell]:
-    """The first runnable cell of each kernel configuration, in matrix order."""
+def representatives(cells: list[Cell]) -> tuple[list[Cell], int]:
+    """The first runnable cell of each kernel configuration that two or more cells share, in matrix
+    order, and how many configurations one cell alone meets.
+
+    Warming a configuration means running one of its cells; for a configuration of one cell that
+    runs the cell twice, compile included, while no other worker would compile it alongside. So that
+    cell compiles its kernels itself (a generated tier at production shapes is mostly such cells)."""
     first: dict[tuple, Cell] = {}
+    count: dict[tuple, int] = {}
     for cell in cells:
         if skip_reason(cell) is None:
-            first.setdefault(kernel_configuration(cell), cell)
-    return list(first.values())
+            configuration = kernel_configuration(cell)
+            first.setdefault(configuration, cell)
+            count[configuration] = count.get(configuration, 0) + 1
+    shared = [cell for configuration, cell in first.items() if count[configuration] > 1]
+    return shared, len(first) - len(shared)
 
 
 def as_drawn(cell: Cell) -> DrawnCase:
@@ -90,21 +99,23 @@ def as_drawn(cell: Cell) -> DrawnCase:
 class WarmUp:
     """The pass as the controller runs it: started in a thread, waited on by the cells."""
 
-    configurations: int  # distinct kernel configurations of the selection
+    configurations: int  # distinct kernel configurations of the selection that several cells share
     to_compile: list[Cell]  # the representatives of those not in the ledger
     processes: int
     run_folder: Path
+    single: int = 0  # configurations one cell alone meets: compiled in that cell
     seconds: float | None = None
     ended_at: float | None = None  # epoch seconds: the benchmark cuts the wall time there
 
     def as_report(self) -> dict:
-        return dict(configurations=self.configurations, compiled=len(self.to_compile), processes=self.processes,
+        return dict(configurations=self.configurations, compiled=len(self.to_compile), single=self.single,
+                    processes=self.processes,
                     seconds=None if self.seconds is None else round(self.seconds, 1), ended_at=self.ended_at)
 
     def line(self) -> str:
         return (f"attn-harness warm-up: {len(self.to_compile)} of {self.configurations} kernel configurations "
                 f"compiled in {self.seconds or 0:.1f} s by {self.processes} processes, alongside the workers' start "
-                f"(the rest were in the kept cache)")
+                f"(the rest were in the kept cache; {self.single} more, met by one cell each, compile in that cell)")
 
     def _run_share(self, share: list[Cell], patches: list[str]) -> list[Cell]:
         from harness.shrink import CellExecutor
@@ -144,10 +155,10 @@ class WarmUp:
 
 def plan_warm_up(cells: list[Cell], processes: int, run_folder: Path) -> WarmUp:
     """The configurations of ``cells`` and which of them the kept cache does not hold yet."""
-    chosen = representatives(cells)
+    chosen, single = representatives(cells)
     compiled = _compiled()
     to_compile = [cell for cell in chosen if _ledger_key(kernel_configuration(cell)) not in compiled]
-    return WarmUp(len(chosen), to_compile, max(1, min(processes, len(to_compile))), run_folder)
+    return WarmUp(len(chosen), to_compile, max(1, min(processes, len(to_compile))), run_folder, single)
 
 
 def wait_for_warm_up(run_folder: Path) -> None:
