@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--sglang", choices=known, default=known[-1],
                        help=f"the release whose pins/sglang-<release>.txt to build ({known[-1]})")
     build.add_argument("--out", type=cli.output_folder, required=True, help="folder for the parts (outside the repo)")
-    build.add_argument("--transfer-mib", type=_positive, default=56.0,
+    build.add_argument("--transfer-mib", type=_positive, default=48.0,
                        help="most wheelhouse bytes per runner call; 64 MiB less this is left for the "
-                       "working tree (56: the tree is about 7 MiB)")
+                       "working tree (48: the tree is about 12 MiB)")
     build.add_argument("--level", type=_whole(1, 22), default=3, help="zstd level (3; RUNBOOK.md has the measurements)")
     build.add_argument("--window-log", type=_whole(10, 31), default=31, help="zstd window log, long matching (31)")
     build.set_defaults(run=_build)

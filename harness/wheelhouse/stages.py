@@ -1,7 +1,7 @@
 """Group the files to transfer into stages that each fit one runner call.
 
 A call carries the working tree plus the carried folder, at most 64 MiB together, so the
-budget per stage is set below that (default 56 MiB) to leave room for the repository itself.
+budget per stage is set below that (default 48 MiB) to leave room for the repository itself.
 The manifest rides in every stage: a runner that was lost and started afresh has an empty
 /tmp, and whichever stage reaches it first must be able to say what is still missing. Parts
 are sized so that one part and the manifest fill a stage; the small files (the last part,
