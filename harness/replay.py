@@ -163,12 +163,16 @@ def main(argv: list[str] | None = None) -> int:
                   "--shrink-max", "0"), {"generated": args.generated, "seed": args.seed})
             if args.generated else Tier())
     clean_runs: dict = {}
-    rows = [replay(bug_id, args.workers, tier, clean_runs) for bug_id in (args.bug or SEED_BUGS)]
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     name = "generated_kill_table" if args.generated else "kill_table"
-    (out / f"{name}.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out / f"{name.upper()}.md").write_text(kill_table(rows) + "\n")
+    rows: list[dict] = []
+    for bug_id in args.bug or SEED_BUGS:
+        rows.append(replay(bug_id, args.workers, tier, clean_runs))
+        # after each row: a replay cut short (a capped GPU call) keeps the rows it finished
+        (out / f"{name}.json").write_text(json.dumps(rows, indent=2) + "\n")
+        (out / f"{name.upper()}.md").write_text(kill_table(rows) + "\n")
+        print(f"replayed {bug_id}: {rows[-1]['verdict']} ({rows[-1]['wall_s']} s)", flush=True)
     print(kill_table(rows))
     survivors = [row["bug"] for row in rows if row["verdict"] not in ("killed", "not run")]
     if survivors:
