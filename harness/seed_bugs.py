@@ -335,7 +335,7 @@ PATCHES = {patch.patch_id: patch for patch in (
     Patch("fa-kv-past-context", "reports/gpu/findings/fa-draft-extend-past-context",
           "FlashAttentionBackend (FA3, FA4) bounds a request's KV length by the req_to_token row width, "
           "not max_context_len: eager page table, CUDA-graph page tables and replay fallbacks",
-          _apply_all(FA_KV_PAST_CONTEXT), "(past-context-wall or gen11-18- or gen11-62- or gen11-377-) and (fa3 or fa4)", kind=FIX, source=FA_KV_PAST_CONTEXT),
+          _apply_all(FA_KV_PAST_CONTEXT), "past-context and (fa3 or fa4)", kind=FIX, source=FA_KV_PAST_CONTEXT),
 )}
 SEED_BUGS = {patch_id: patch for patch_id, patch in PATCHES.items() if patch.kind == REPLAY}
 FIXES = {fix_id: patch for fix_id, patch in PATCHES.items() if patch.kind == FIX}
