@@ -87,7 +87,9 @@ def patch_source(owner, name: str, replacements: list) -> None:
     if inspect.isclass(owner):
         source = f"def _bind(__class__):\n{textwrap.indent(source, '    ')}\n    return {name}\n"
     exec(compile(source, f"<patched {owner.__name__}.{name}>", "exec"), module.__dict__, namespace)
-    setattr(owner, name, namespace["_bind"](owner) if inspect.isclass(owner) else namespace[name])
+    patched = namespace["_bind"](owner) if inspect.isclass(owner) else namespace[name]
+    patched.__dict__.update(function.__dict__)  # state kept on the function (FA4's compile caches)
+    setattr(owner, name, patched)
 
 
 @dataclass(frozen=True)
@@ -287,6 +289,26 @@ FA_KV_PAST_CONTEXT = (
 )
 
 
+# reports/gpu/findings/flashinfer-dflash-verify-window: the window wrapper is planned with
+# window_left only without a spec input, so a DFlash verify (causal, no custom mask) runs with no
+# per-query window over keys packed from the first query's window start. Plan the window for it too.
+_FI = "sglang.srt.layers.attention.flashinfer_backend"
+FLASHINFER_DFLASH_VERIFY_WINDOW = (
+    SourcePatch(_FI, "FlashInferIndicesUpdaterPrefill", "update_sliding_window", (Swap(
+        "if (wrapper_id == 0 and not use_ragged and spec_info is None)", "spec_info is None",
+        '(spec_info is None or spec_info.spec_input_type.name == "DFLASH_VERIFY")'),)),
+)
+
+# reports/gpu/findings/fa4-paged-tma-page-tail: on sm90, FA4 loads paged KV by TMA when the page
+# size equals its key tile, whole pages, rows past the sequence included, and multiplies their V
+# by zero weights: a non-finite value there poisons the output. Its cp.async path zero-fills those
+# rows; use it for every page size (the compile key names the path, so the kernels differ).
+FA4_PAGED_KV_CPASYNC = (
+    SourcePatch("sglang.kernels.ops.attention.flash_attn.cute.interface", "", "_flash_attn_fwd", (
+        ("page_size not in [None, tile_n]", "page_size is not None"),)),
+)
+
+
 def _apply_all(patches: tuple[SourcePatch, ...]) -> Callable[[], None]:
     def apply() -> None:
         for patch in patches:
@@ -336,6 +358,14 @@ PATCHES = {patch.patch_id: patch for patch in (
           "FlashAttentionBackend (FA3, FA4) bounds a request's KV length by the req_to_token row width, "
           "not max_context_len: eager page table, CUDA-graph page tables and replay fallbacks",
           _apply_all(FA_KV_PAST_CONTEXT), "past-context and (fa3 or fa4)", kind=FIX, source=FA_KV_PAST_CONTEXT),
+    Patch("flashinfer-dflash-verify-window", "reports/gpu/findings/flashinfer-dflash-verify-window",
+          "FlashInfer plans its sliding-window wrapper with window_left for a DFlash verify too, not only "
+          "without a spec input", _apply_all(FLASHINFER_DFLASH_VERIFY_WINDOW), "dflash-window and flashinfer",
+          kind=FIX, source=FLASHINFER_DFLASH_VERIFY_WINDOW),
+    Patch("fa4-paged-kv-cpasync", "reports/gpu/findings/fa4-paged-tma-page-tail",
+          "FA4 on sm90 loads paged KV by cp.async, which zero-fills rows past the sequence, for every page "
+          "size instead of by TMA when the page equals its key tile", _apply_all(FA4_PAGED_KV_CPASYNC),
+          "page-tail and fa4", kind=FIX, source=FA4_PAGED_KV_CPASYNC),
 )}
 SEED_BUGS = {patch_id: patch for patch_id, patch in PATCHES.items() if patch.kind == REPLAY}
 FIXES = {fix_id: patch for fix_id, patch in PATCHES.items() if patch.kind == FIX}

@@ -38,8 +38,10 @@ def test_fix_applies_to_the_installed_sglang(fix_id):
 
 
 @pytest.mark.skipif(releases.installed().contracts != "0.5.23", reason="fix.diff is written against sglang 0.5.23")
-def test_the_diff_proposed_upstream_is_the_fix_the_harness_applies():
-    assert unified_diff(FA_FIX.source, _site_packages()) == (FINDING / "fix.diff").read_text()
+@pytest.mark.parametrize("fix_id", sorted(FIXES))
+def test_the_diff_proposed_upstream_is_the_fix_the_harness_applies(fix_id):
+    fix = FIXES[fix_id]
+    assert unified_diff(fix.source, _site_packages()) == (ROOT / fix.upstream / "fix.diff").read_text()
 
 
 def test_a_fix_that_no_longer_matches_names_the_function(tmp_path):
@@ -72,6 +74,26 @@ def test_patch_source_keeps_zero_argument_super(tmp_path, monkeypatch):
     patch_source(fixture_classes.Child, "__init__", [("self.width = 1", "self.width = 2")])
     made = fixture_classes.Child()
     assert (made.base, made.width) == (True, 2)
+
+
+def test_patch_source_keeps_what_the_function_carries(tmp_path, monkeypatch):
+    """State kept on a function survives the patch: FA4's _flash_attn_fwd reads its compile caches
+    from its own attributes through the module global the patch replaces."""
+    (tmp_path / "fixture_cached.py").write_text(textwrap.dedent("""
+        def compiled(key):
+            if key not in compiled.cache:
+                compiled.cache[key] = key * 2
+            return compiled.cache[key] + 1
+
+
+        compiled.cache = {}
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import fixture_cached
+
+    cache = fixture_cached.compiled.cache
+    patch_source(fixture_cached, "compiled", [("+ 1", "+ 10")])
+    assert fixture_cached.compiled(3) == 16 and cache == {3: 6}
 
 
 def test_a_fix_is_cell_defining_and_its_known_failures_stand_aside():

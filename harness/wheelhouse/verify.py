@@ -38,6 +38,15 @@ SMOKE_IMPORTS = [
     "sglang.srt.layers.attention.flashattention_backend",
     "sglang.srt.layers.attention.flashinfer_backend",
     "sglang.srt.layers.attention.triton_backend",
+    # what the harness's modes import to build each algorithm's inputs (harness/modes/): a
+    # dependency only these pull in (setproctitle, through the scheduler) fails here, not in every
+    # DFlash cell of a matrix run
+    "sglang.srt.speculative.draft_worker_common",
+    "sglang.srt.speculative.dflash_info",
+    "sglang.srt.speculative.eagle_info",
+    "sglang.srt.speculative.frozen_kv_mtp_info",
+    "sglang.srt.speculative.frozen_kv_mtp_utils",
+    "sglang.srt.speculative.ngram_info",
 ]
 VERSIONS = ["torch", "triton", "sglang", "flashinfer", "sgl_kernel"]
 
