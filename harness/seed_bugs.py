@@ -302,7 +302,8 @@ FLASHINFER_DFLASH_VERIFY_WINDOW = (
 # reports/gpu/findings/fa4-paged-tma-page-tail: on sm90, FA4 loads paged KV by TMA when the page
 # size equals its key tile, whole pages, rows past the sequence included, and multiplies their V
 # by zero weights: a non-finite value there poisons the output. Its cp.async path zero-fills those
-# rows; use it for every page size (the compile key names the path, so the kernels differ).
+# rows; use it for every page size (the compile key names the path, so the kernels differ). The
+# sm100 branch reads the same test and changes with it: checked on sm90 only.
 FA4_PAGED_KV_CPASYNC = (
     SourcePatch("sglang.kernels.ops.attention.flash_attn.cute.interface", "", "_flash_attn_fwd", (
         ("page_size not in [None, tile_n]", "page_size is not None"),)),
