@@ -14,6 +14,7 @@ from _pytest.mark.expression import Expression
 from harness import ROOT
 from harness.backends import BACKENDS
 from harness.case_spec import Case, CaseSpec
+from harness.case_traits import traits_of
 from harness.cases import CASES_DIR
 from harness.modes import MODES
 from harness.pools import DRAW_PLACES
@@ -39,7 +40,7 @@ class Cell:
         return dict(cell_id=self.cell_id, case=self.case.spec.name, backend=self.backend,
                     mode=self.case.mode, draft_shape=self.case.spec.draft_shape,
                     host_mirrors=self.case.spec.host_mirrors, runner=self.runner,
-                    padding=self.padding, capture_bs=self.capture_bs)
+                    padding=self.padding, capture_bs=self.capture_bs, traits=list(traits_of(self.case)))
 
 
 def skip_reason(cell: Cell) -> str | None:

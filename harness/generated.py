@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -86,28 +87,32 @@ class Draw:
     pass_number: int  # the pass that drew it first, for the shrinker
 
 
-def _known_to_fail(drawn: DrawnCase, name: str, known: Sequence) -> bool:
-    """Whether a KNOWN_FAILURES.md entry covers the drawn cell (its scope, on the installed release)."""
+def _known_to_fail(drawn: DrawnCase, name: str, known: Sequence):
+    """The KNOWN_FAILURES.md entry that covers a cell of the draw (its scope, on the installed release), or None."""
     from harness.cell_matrix import expand_cells
     from harness.known_failures import match
 
-    return any(match(known, cell.record_keys()) for cell in expand_cells([as_case(drawn, name, "")]))
+    return next(filter(None, (match(known, cell.record_keys()) for cell in expand_cells([as_case(drawn, name, "")]))),
+                None)
 
 
-def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence | None = None) -> list[Draw]:
+def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence | None = None,
+                   passed_over: Counter | None = None) -> list[Draw]:
     """The seed's first ``count`` distinct draws (hypothesis may draw a case twice).
 
     A draw a ``known`` failure (KNOWN_FAILURES.md entries; None: the repository's ledger, as a run
     without --known-failures reads it) covers is passed over: the tier hunts new failures, and the
     ledger's own cells hold a known one to account (their unexpected pass, once the bug is fixed,
     removes the entry, and the tier draws there again). Entries select generated cells by name, e.g.
-    `draft_decode-gen*w[0-9]*` for every drawn draft decode with a model window.
+    `draft_decode-gen*w[0-9]*` for every drawn draft decode with a model window, or by a case trait.
+    ``passed_over`` counts those draws by entry id, so the run can say so (such an entry is not stale).
     """
     if known is None:
         from harness.known_failures import KNOWN_FAILURES_FILE, load_known_failures
 
         known = load_known_failures(KNOWN_FAILURES_FILE)
     kept: dict[tuple, Draw] = {}
+    covered: set[tuple] = set()  # draws a known failure covers, each counted once
     number = 0
     # sglang's capture sizes are asked before drawing: importing sglang seeds `random`, which
     # hypothesis refuses inside a strategy.
@@ -115,8 +120,14 @@ def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence 
 
     def keep(drawn: DrawnCase) -> None:
         name = generated_name(seed, len(kept), spec_from_fields(drawn.fields))
-        if drawn.key not in kept and not (known and _known_to_fail(drawn, name, known)):
-            kept[drawn.key] = Draw(drawn, number)
+        if drawn.key not in kept and drawn.key not in covered:
+            entry = known and _known_to_fail(drawn, name, known)
+            if not entry:
+                kept[drawn.key] = Draw(drawn, number)
+            else:
+                covered.add(drawn.key)
+                if passed_over is not None:
+                    passed_over[entry.id] += 1
         if len(kept) >= count:
             raise _Enough
 

@@ -16,6 +16,7 @@ and leaves it on config._attn_generated for the run record (run.json).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
@@ -172,8 +173,10 @@ def _draws(config) -> tuple[str, float]:
         return config.workerinput[DRAWS_INPUT], 0.0
     if not hasattr(config, "_attn_draws"):
         started = time.time()
+        config._attn_passed_over = Counter()
         draws = distinct_draws(PROFILES[_profile(config)], config.getoption("--generated-seed"),
-                               config.getoption("--generated"), known=config._attn_known)
+                               config.getoption("--generated"), known=config._attn_known,
+                               passed_over=config._attn_passed_over)
         config._attn_draws = (draws_as_json(draws), time.time() - started)
     return config._attn_draws
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from harness import ROOT
+from harness.case_traits import TRAITS
 from harness.failure_class import FAILURE_CLASSES, MEASURED, Failure
 from harness.releases import KNOWN_RELEASES
 from harness.runners import RUNNER_NAMES as RUNNERS
@@ -45,8 +46,9 @@ TEXT_FIELDS = {
     "upstream": "the tracking issue: a URL or owner/repo#N or repo#N, e.g. sglang#12345",
 }
 SIGNATURE_FIELDS = {
-    "class": f"the failure class: one of {', '.join(FAILURE_CLASSES)}",
-    "max_abs_err": (f"for class {' or '.join(MEASURED)} only, and required there: the range measured and the "
+    "class": (f"the failure class, or the classes one bug was measured to show as, comma-separated: "
+              f"among {', '.join(FAILURE_CLASSES)}"),
+    "max_abs_err": (f"for class {' or '.join(MEASURED)} (among the classes) only, and required there: the range measured and the "
                     "margin it may move by, '<low>-<high>, margin x<k>' with 0 < low <= high and k >= 1, "
                     "e.g. '0.0036-0.0156, margin x2' (covers 0.0018 to 0.0312)"),
 }
@@ -54,6 +56,8 @@ OPTIONAL_FIELDS = {
     "releases": (f"comma-separated globs over the sglang release whose contracts apply, among "
                  f"{', '.join(KNOWN_RELEASES)}, e.g. '0.5.1[7-9], 0.5.2[0-2]' for a bug fixed in 0.5.23; "
                  "left out, every release"),
+    "traits": (f"comma-separated case traits the cell's case must all have, among {', '.join(TRAITS)} "
+               "(harness/case_traits.py): a fact about the state no cell name shows"),
     "evidence": "where the failure was seen: a report path, a CI link, numbers",
     "fixed_by": f"the harness fix that makes these cells pass, one of {', '.join(FIXES)} (harness/seed_bugs.py): "
                 "under --apply-fix with it the entry stands aside",
@@ -111,22 +115,24 @@ class KnownFailure:
     cases: tuple[str, ...]
     reason: str
     upstream: str
-    failure_class: str  # the signature: a key of FAILURE_CLASSES ...
-    max_abs_err: ErrorRange | None  # ... and, for a MEASURED class, the error's range
+    failure_classes: tuple[str, ...]  # the signature: keys of FAILURE_CLASSES ...
+    max_abs_err: ErrorRange | None  # ... and, for the MEASURED ones among them, the error's range
     evidence: str | None
     source: str  # "KNOWN_FAILURES.md:12", the entry's heading
     fixed_by: str | None = None  # a harness fix (seed_bugs.FIXES) under which these cells must pass
     releases: tuple[str, ...] = ("*",)  # the sglang releases (contracts) the bug is in
+    traits: tuple[str, ...] = ()  # case traits (harness/case_traits.py) a covered cell's case has, all of them
 
     def matches(self, cell: Mapping) -> bool:
-        """True when the cell (needs cell_id, case, backend, mode, runner) is in this entry's scope
-        on the installed sglang release."""
+        """True when the cell (needs cell_id, case, backend, mode, runner, traits) is in this entry's
+        scope on the installed sglang release."""
         return (
             self.on_installed_release
             and _any_match(self.backend, cell["backend"])
             and _any_match(self.mode, cell["mode"])
             and _any_match(self.runner, cell["runner"])
             and (_any_match(self.cases, cell["cell_id"]) or _any_match(self.cases, cell["case"]))
+            and set(self.traits) <= set(cell.get("traits") or ())
         )
 
     @property
@@ -138,10 +144,10 @@ class KnownFailure:
         return f"known failure {self.id}: {self.reason}"
 
     def _difference(self, failure: Failure) -> str | None:
-        if failure.failure_class != self.failure_class:
+        if failure.failure_class not in self.failure_classes:
             return (f"it fails as {failure.failure_class} ({FAILURE_CLASSES[failure.failure_class]}), "
-                    f"the entry says {self.failure_class}")
-        if self.max_abs_err is not None and (failure.max_abs_err is None or failure.max_abs_err not in self.max_abs_err):
+                    f"the entry says {' or '.join(self.failure_classes)}")
+        if failure.failure_class in MEASURED and (failure.max_abs_err is None or failure.max_abs_err not in self.max_abs_err):
             measured = "no finite error" if failure.max_abs_err is None else f"{failure.max_abs_err:.3g}"
             return f"max_abs_err {measured} is outside {self.max_abs_err}"
         return None
@@ -280,24 +286,40 @@ def _build(path: Path, entry: _RawEntry) -> KnownFailure:
         source=f"{path}:{entry.line}",
         fixed_by=fixed_by[0] if fixed_by else None,
         releases=_selector(path, entry, "releases") if "releases" in entry.fields else ("*",),
+        traits=_traits(path, entry),
     )
 
 
+def _traits(path: Path, entry: _RawEntry) -> tuple[str, ...]:
+    if "traits" not in entry.fields:
+        return ()
+    value, line = entry.fields["traits"]
+    names = tuple(part.strip().strip("`").strip() for part in value.split(","))
+    unknown = [name for name in names if name not in TRAITS]
+    if unknown:
+        raise KnownFailuresError(f"{path}:{line}: entry {entry.id}: field 'traits': '{unknown[0]}' is no case trait; "
+                                 f"expected {OPTIONAL_FIELDS['traits']}")
+    return names
+
+
 def _signature(path: Path, entry: _RawEntry) -> dict:
-    """The class, and the error range a MEASURED class requires (and no other class takes)."""
-    failure_class, line = entry.fields["class"]
+    """The classes, and the error range that MEASURED classes among them require (and no others take)."""
+    value, line = entry.fields["class"]
     where = f"{path}:{line}: entry {entry.id}"
-    if failure_class not in FAILURE_CLASSES:
-        raise KnownFailuresError(f"{where}: field 'class' is '{failure_class}'; expected {SIGNATURE_FIELDS['class']}")
+    classes = tuple(part.strip() for part in value.split(","))
+    unknown = [name for name in classes if name not in FAILURE_CLASSES]
+    if unknown:
+        raise KnownFailuresError(f"{where}: field 'class' is '{value}': '{unknown[0]}' is no failure class; "
+                                 f"expected {SIGNATURE_FIELDS['class']}")
     measured = entry.fields.get("max_abs_err")
-    if failure_class not in MEASURED:
+    if not any(name in MEASURED for name in classes):
         if measured:
             raise KnownFailuresError(f"{path}:{measured[1]}: entry {entry.id}: field 'max_abs_err': class "
-                                     f"'{failure_class}' has no error size; drop the field (only "
+                                     f"'{value}' has no error size; drop the field (only "
                                      f"{', '.join(MEASURED)} take one)")
-        return dict(failure_class=failure_class, max_abs_err=None)
+        return dict(failure_classes=classes, max_abs_err=None)
     if not measured:
-        raise KnownFailuresError(f"{where}: missing field 'max_abs_err', required for class '{failure_class}' "
+        raise KnownFailuresError(f"{where}: missing field 'max_abs_err', required for class '{value}' "
                                  f"({SIGNATURE_FIELDS['max_abs_err']})")
     value, line = measured
     found = _RANGE.fullmatch(value)
@@ -305,7 +327,7 @@ def _signature(path: Path, entry: _RawEntry) -> dict:
     if not bounds or not (0 < bounds.low <= bounds.high and bounds.margin >= 1):
         raise KnownFailuresError(f"{path}:{line}: entry {entry.id}: field 'max_abs_err' is '{value}'; "
                                  f"expected {SIGNATURE_FIELDS['max_abs_err']}")
-    return dict(failure_class=failure_class, max_abs_err=bounds)
+    return dict(failure_classes=classes, max_abs_err=bounds)
 
 
 def load_known_failures(path: str | Path) -> list[KnownFailure]:

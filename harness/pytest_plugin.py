@@ -346,8 +346,13 @@ def pytest_terminal_summary(terminalreporter, config):
         return
     for report in terminalreporter.stats.get("failed", []):
         terminalreporter.write_line(f"rerun: {rerun_command(report.nodeid, config._attn_cell_args)}")
+    passed_over = getattr(config, "_attn_passed_over", {})  # harness/generated_plugin.py: draws a known failure covers
+    if passed_over:
+        terminalreporter.write_line("generated tier: passed over draws known to fail: " + ", ".join(
+            f"{entry_id} ({count})" for entry_id, count in sorted(passed_over.items())))
     for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells]):
-        terminalreporter.write_line(f"STALE known failure {entry.id}: matches no cell of this run", yellow=True)
+        if entry.id not in passed_over:
+            terminalreporter.write_line(f"STALE known failure {entry.id}: matches no cell of this run", yellow=True)
     records = getattr(config, "_attn_records", None)  # the cells the last line accounts for (pytest_sessionfinish)
     if records:
         terminalreporter.write_sep("-", "attn-harness cells per backend")

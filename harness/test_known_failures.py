@@ -70,10 +70,10 @@ def test_entry_fields(tmp_path):
     assert entry.reason == "tree mask read past the padded rows after graph replay"
     assert entry.upstream == "sglang#12345"
     assert entry.evidence.startswith("reports/SUMMARY.md")
-    assert (entry.failure_class, entry.max_abs_err) == ("numeric", ErrorRange(0.2, 0.3, 2.0))
+    assert (entry.failure_classes, entry.max_abs_err) == (("numeric",), ErrorRange(0.2, 0.3, 2.0))
     assert entry.source.endswith("KNOWN_FAILURES.md:8")
     assert other.evidence is None and other.runner == ("*",)
-    assert (other.failure_class, other.max_abs_err) == ("crash", None)
+    assert (other.failure_classes, other.max_abs_err) == (("crash",), None)
 
 
 MALFORMED = {
@@ -100,7 +100,7 @@ MALFORMED = {
     ),
     "unknown class": (
         ENTRY.replace("class: numeric", "class: NaN"),
-        ["KNOWN_FAILURES.md:9", "entry KF-fa4-tree-graph", "field 'class' is 'NaN'", "one of census-only, numeric"],
+        ["KNOWN_FAILURES.md:9", "entry KF-fa4-tree-graph", "field 'class' is 'NaN'", "is no failure class", "among census-only, numeric"],
     ),
     "measured class without its range": (
         ENTRY.replace("- max_abs_err: 0.2-0.3, margin x2\n", ""),
@@ -227,3 +227,35 @@ def test_a_covered_failure_inside_or_outside_the_signature(tmp_path, failure, di
     with pytest.raises(InsideSignature if difference is None else OutsideSignature) as verdict:
         entry.judge(failure)
     assert difference is None or str(verdict.value) == found
+
+
+def test_an_entry_of_several_classes_admits_each_and_ranges_only_the_measured(tmp_path):
+    """One bug that shows as census-only, numeric or a crash, depending on what lies where it reads."""
+    [entry] = load_known_failures(write(tmp_path, ENTRY.replace("class: numeric", "class: census-only, numeric, crash")))
+    assert entry.failure_classes == ("census-only", "numeric", "crash")
+    assert entry.outside_signature(numeric(0.25, "census-only")) is None
+    assert entry.outside_signature(numeric(0.25)) is None
+    assert entry.outside_signature(Failure("crash", "the process died", "worker 'gw0' crashed")) is None
+    assert "max_abs_err 0.9 is outside" in entry.outside_signature(numeric(0.9, "census-only"))
+    assert "the entry says census-only or numeric or crash" in entry.outside_signature(numeric(None, "nan"))
+
+
+def test_an_entry_of_unmeasured_classes_takes_no_range(tmp_path):
+    text = ENTRY.replace("class: numeric", "class: crash, error")
+    with pytest.raises(KnownFailuresError, match="has no error size; drop the field"):
+        load_known_failures(write(tmp_path, text))
+    [entry] = load_known_failures(write(tmp_path, text.replace("- max_abs_err: 0.2-0.3, margin x2\n", "")))
+    assert (entry.failure_classes, entry.max_abs_err) == (("crash", "error"), None)
+
+
+def test_traits_narrow_an_entry_to_the_cases_that_have_them(tmp_path):
+    [entry] = load_known_failures(write(tmp_path, ENTRY.replace("- class:", "- traits: past-context\n- class:")))
+    assert entry.traits == ("past-context",)
+    assert entry.matches(cell(traits=["past-context"]))
+    assert not entry.matches(cell(traits=[]))
+    assert not entry.matches(cell())  # a record written before traits existed
+
+
+def test_an_unknown_trait_is_refused_by_name(tmp_path):
+    with pytest.raises(KnownFailuresError, match=r":9: entry KF-fa4-tree-graph: field 'traits': 'past-ctx' is no case trait"):
+        load_known_failures(write(tmp_path, ENTRY.replace("- class:", "- traits: past-ctx\n- class:")))

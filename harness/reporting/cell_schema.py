@@ -77,6 +77,7 @@ OPTIONAL_FIELDS: dict[str, _Field] = {
     "lone_run": _Field(_TEXT, nullable=True),  # what that lone run said
     "sanitizer": _Field((dict,), nullable=True),  # tool -> its first error block (or why none)
     "phase_s": _Field((dict,), nullable=True),  # wall seconds per phase (harness/results.py)
+    "traits": _Field((list,), nullable=True),  # the case's traits (harness/case_traits.py)
 }
 TOLERANCE_KEYS = ("atol", "rtol")
 # Fields that only mean something for CUDA-graph replay.
