@@ -310,6 +310,24 @@ FA4_PAGED_KV_CPASYNC = (
 )
 
 
+# reports/gpu/findings/triton-kv-past-context: TritonAttnBackend sizes two buffers by the model's
+# context, which a request at the context wall outgrows into the req_to_token headroom: the eager
+# kv_indices when no host length is published (the GPU-only path; the index build writes past it) and
+# the CUDA-graph verify mask (a verify's mask is num_draft_tokens x (seq_len + num_draft_tokens) a
+# request; the replay copy refuses a larger one). Size both by the row width.
+_TRITON = "sglang.srt.layers.attention.triton_backend"
+_TRITON_ROW_WIDTH = "self.req_to_token.shape[1]"
+TRITON_KV_PAST_CONTEXT = (
+    SourcePatch(_TRITON, "TritonAttnBackend", "init_forward_metadata", (
+        Swap("seq_lens_sum = bs * self.max_context_len", "self.max_context_len", _TRITON_ROW_WIDTH, 2),
+        Swap("kv_indices_len = bs * self.max_context_len", "self.max_context_len", _TRITON_ROW_WIDTH),
+    )),
+    SourcePatch(_TRITON, "TritonAttnBackend", "init_cuda_graph_state", (
+        Swap("max_bs=max_bs, max_context_len=self.max_context_len,", "self.max_context_len", _TRITON_ROW_WIDTH),
+    )),
+)
+
+
 def _apply_all(patches: tuple[SourcePatch, ...]) -> Callable[[], None]:
     def apply() -> None:
         for patch in patches:
@@ -363,6 +381,10 @@ PATCHES = {patch.patch_id: patch for patch in (
           "FlashInfer plans its sliding-window wrapper with window_left for a DFlash verify too, not only "
           "without a spec input", _apply_all(FLASHINFER_DFLASH_VERIFY_WINDOW), "dflash-window and flashinfer",
           kind=FIX, source=FLASHINFER_DFLASH_VERIFY_WINDOW),
+    Patch("triton-kv-past-context", "reports/gpu/findings/triton-kv-past-context",
+          "TritonAttnBackend sizes the GPU-only eager kv_indices and the CUDA-graph verify mask by the "
+          "req_to_token row width, not max_context_len", _apply_all(TRITON_KV_PAST_CONTEXT),
+          "past-context and triton", kind=FIX, source=TRITON_KV_PAST_CONTEXT),
     Patch("fa4-paged-kv-cpasync", "reports/gpu/findings/fa4-paged-tma-page-tail",
           "FA4 on sm90 loads paged KV by cp.async, which zero-fills rows past the sequence, for every page "
           "size instead of by TMA when the page equals its key tile", _apply_all(FA4_PAGED_KV_CPASYNC),
