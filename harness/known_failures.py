@@ -234,9 +234,14 @@ def _split_entries(path: Path, text: str) -> list[_RawEntry]:
     return entries
 
 
+def _comma_list(value: str) -> tuple[str, ...]:
+    """A field's comma-separated items, each stripped of spaces and of the backticks Markdown needs."""
+    return tuple(part.strip().strip("`").strip() for part in value.split(","))
+
+
 def _selector(path: Path, entry: _RawEntry, name: str) -> tuple[str, ...]:
     value, line = entry.fields[name]
-    globs = tuple(part.strip().strip("`").strip() for part in value.split(","))
+    globs = _comma_list(value)
     where = f"{path}:{line}: entry {entry.id}: field '{name}'"
     if not all(globs):
         raise KnownFailuresError(f"{where}: '{value}' has an empty item; expected {FIELDS[name]}")
@@ -294,7 +299,7 @@ def _traits(path: Path, entry: _RawEntry) -> tuple[str, ...]:
     if "traits" not in entry.fields:
         return ()
     value, line = entry.fields["traits"]
-    names = tuple(part.strip().strip("`").strip() for part in value.split(","))
+    names = _comma_list(value)
     unknown = [name for name in names if name not in TRAITS]
     if unknown:
         raise KnownFailuresError(f"{path}:{line}: entry {entry.id}: field 'traits': '{unknown[0]}' is no case trait; "
