@@ -328,6 +328,19 @@ TRITON_KV_PAST_CONTEXT = (
 )
 
 
+# reports/gpu/findings/flashinfer-draft-kv-past-context: FlashInfer's multi-step draft sizes each
+# step's kv_indices row bs x topk x max_context_len, eager and CUDA graph, but a draft step reads a
+# request's committed KV plus the draft tokens, which at the context wall run into the req_to_token
+# headroom; sglang's own assert_buffer_fits stops the forward. Size the row by the row width
+# (pool_len, which the class already keeps for the index build).
+FLASHINFER_DRAFT_KV_PAST_CONTEXT = (
+    SourcePatch(_FI, "FlashInferMultiStepDraftBackend", "init_forward_metadata", (
+        Swap("forward_batch.batch_size, self.topk, self.max_context_len", "self.max_context_len", "self.pool_len"),)),
+    SourcePatch(_FI, "FlashInferMultiStepDraftBackend", "init_cuda_graph_state", (
+        Swap("max_bs, self.topk, self.max_context_len", "self.max_context_len", "self.pool_len"),)),
+)
+
+
 def _apply_all(patches: tuple[SourcePatch, ...]) -> Callable[[], None]:
     def apply() -> None:
         for patch in patches:
@@ -385,6 +398,10 @@ PATCHES = {patch.patch_id: patch for patch in (
           "TritonAttnBackend sizes the GPU-only eager kv_indices and the CUDA-graph verify mask by the "
           "req_to_token row width, not max_context_len", _apply_all(TRITON_KV_PAST_CONTEXT),
           "past-context and triton", kind=FIX, source=TRITON_KV_PAST_CONTEXT),
+    Patch("flashinfer-draft-kv-past-context", "reports/gpu/findings/flashinfer-draft-kv-past-context",
+          "FlashInfer's multi-step draft sizes its kv_indices rows by the req_to_token row width, not "
+          "max_context_len, eager and CUDA graph", _apply_all(FLASHINFER_DRAFT_KV_PAST_CONTEXT),
+          "past-context and draft_decode and flashinfer", kind=FIX, source=FLASHINFER_DRAFT_KV_PAST_CONTEXT),
     Patch("fa4-paged-kv-cpasync", "reports/gpu/findings/fa4-paged-tma-page-tail",
           "FA4 on sm90 loads paged KV by cp.async, which zero-fills rows past the sequence, for every page "
           "size instead of by TMA when the page equals its key tile", _apply_all(FA4_PAGED_KV_CPASYNC),
