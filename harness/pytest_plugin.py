@@ -24,6 +24,7 @@ import torch
 from harness import cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
+from harness.cell_watchdog import DEFAULT_CELL_TIMEOUT_S, timed_out, watched
 from harness.cell_matrix import (cell_defining_args, expand_cells, in_shard, keyword_selected, patch_args,
                                  rerun_command, skip_reason)
 from harness.failure_class import Failure, of_dead_process
@@ -65,6 +66,9 @@ def pytest_addoption(parser):
                     help=f"cells to re-run under --sanitize (default {SANITIZE_MAX_DEFAULT})")
     group.addoption("--lone-timeout", type=float, default=LONE_TIMEOUT_S, metavar="S",
                     help=f"seconds allowed to each lone re-run (default {LONE_TIMEOUT_S})")
+    group.addoption("--cell-timeout", type=float, default=DEFAULT_CELL_TIMEOUT_S, metavar="S",
+                    help=f"end a worker whose cell runs past S seconds, recording the cell as crashed with the "
+                         f"worker's stacks (harness/cell_watchdog.py; default {DEFAULT_CELL_TIMEOUT_S:g}; 0: off)")
     group.addoption("--no-warm-up", action="store_true",
                     help="GPU: skip the pass that compiles each kernel configuration once before the cells "
                          "(harness/warmup.py)")
@@ -86,7 +90,7 @@ def _sanitizer_tools(text: str | None) -> list[str]:
 
 
 def _check_counts(config) -> None:
-    for option in ("--confirm-crashes", "--sanitize-max", "--lone-timeout"):
+    for option in ("--confirm-crashes", "--sanitize-max", "--lone-timeout", "--cell-timeout"):
         if config.getoption(option) < 0:
             raise pytest.UsageError(f"{option} {config.getoption(option)}: must be 0 or more")
 
@@ -283,6 +287,21 @@ def pytest_runtest_makereport(item, call):
         os._exit(3)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+    if cell is None:
+        yield
+        return
+    with watched(cell.cell_id, item.config.getoption("--cell-timeout")):
+        yield
+
+
+def _dead_worker(cell, longrepr) -> Failure:
+    """What a worker that died on the cell said: the watchdog's timeout, or only that it died."""
+    return timed_out(cell.cell_id) or of_dead_process(str(longrepr).splitlines()[0][:500])
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem, report, sched):
     """Controller side: a worker died running a cell. Where a KNOWN_FAILURES.md entry of class crash
@@ -290,7 +309,7 @@ def pytest_handlecrashitem(crashitem, report, sched):
     config = _CONTROLLER.get("config")
     cell = config and _cell_of(config, crashitem)
     entry = cell and match(config._attn_known, cell.record_keys())
-    if entry and entry.outside_signature(of_dead_process(str(report.longrepr))) is None:
+    if entry and entry.outside_signature(_dead_worker(cell, report.longrepr)) is None:
         report.outcome, report.wasxfail = "skipped", entry.xfail_reason
 
 
@@ -306,7 +325,7 @@ def pytest_runtest_logreport(report):
     cell = _cell_of(config, report.nodeid)
     if cell is None or cell.cell_id in read_records(run_dir()):
         return
-    failure = of_dead_process(str(report.longrepr).splitlines()[0][:500])
+    failure = _dead_worker(cell, report.longrepr)
     entry = match(config._attn_known, cell.record_keys())
     status, reason = (("xfailed", report.wasxfail) if hasattr(report, "wasxfail") else
                       ("crashed", (entry and entry.outside_signature(failure)) or failure.message))

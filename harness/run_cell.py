@@ -17,6 +17,7 @@ import dataclasses
 import fnmatch
 import itertools
 import os
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -122,6 +123,7 @@ def _compare_steps(label: str, outputs, expected, batch: _Batch, splits: tuple[s
 
 
 FORCE_CRASH_ENV = "ATTN_HARNESS_FORCE_CRASH"
+FORCE_HANG_ENV = "ATTN_HARNESS_FORCE_HANG"
 
 
 @triton.jit
@@ -141,19 +143,26 @@ def _segfault_on_cpu() -> None:
     ctypes.string_at(0)
 
 
-CRASHES = {"cuda": _illegal_write_on_gpu, "cpu": _segfault_on_cpu}
+def _crash() -> None:
+    {"cuda": _illegal_write_on_gpu, "cpu": _segfault_on_cpu}[platform.DEVICE]()
 
 
-def _crash_drill(cell: Cell) -> None:
-    """Crash-isolation drill: cells whose id matches the glob in ATTN_HARNESS_FORCE_CRASH kill their process.
+def _hang() -> None:
+    """A cell that never returns, as a spinning kernel or an interpreter in a corrupted heap does."""
+    threading.Event().wait()
 
-    On a GPU the process's CUDA context is poisoned by an illegal memory access; on CPU the
-    process segfaults. Either way the run must record those cells as crashed, keep running every
-    other cell, and account for all of them.
-    """
-    pattern = os.environ.get(FORCE_CRASH_ENV)
-    if pattern and fnmatch.fnmatchcase(cell.cell_id, pattern):
-        CRASHES[platform.DEVICE]()
+
+# Drills: cells whose id matches the glob in the variable do this instead of running. A crash poisons
+# the process (on a GPU its CUDA context, on CPU a segfault); a hang never returns. Either way the run
+# must record those cells, keep running every other cell, and account for all of them.
+DRILLS = {FORCE_CRASH_ENV: _crash, FORCE_HANG_ENV: _hang}
+
+
+def _drills(cell: Cell) -> None:
+    for variable, act in DRILLS.items():
+        pattern = os.environ.get(variable)
+        if pattern and fnmatch.fnmatchcase(cell.cell_id, pattern):
+            act()
 
 
 def _one_pool_spec(specs: list[CaseSpec]) -> CaseSpec:
@@ -290,7 +299,7 @@ def run_cell(cell: Cell) -> CellResult:
     reason = skip_reason(cell)
     if reason:
         raise CellSkipped(reason)
-    _crash_drill(cell)
+    _drills(cell)
     clock = PhaseClock()
     graph = RUNNER_FORMS[cell.runner].graph
     with prepared_cell(cell, clock) as prepared:

@@ -22,7 +22,7 @@ from harness.accounting import NOT_RUN_LIST
 from harness.lone_run import confirm_crashes
 from harness.reporting.junit import junit_tree
 from harness.results import MANIFEST, RUN_ID_ENV, run_folder
-from harness.run_cell import FORCE_CRASH_ENV
+from harness.run_cell import FORCE_CRASH_ENV, FORCE_HANG_ENV
 
 DRILL_CASES = "harness/testdata/drill_cases"
 CRASHING = "*-seed[0-36]-*"  # seeds 0-3 and 6: one more than xdist restarts a single worker for
@@ -67,6 +67,23 @@ def test_crashes_beyond_xdist_restart_cap_every_cell_runs(drill):
     assert LONE_CRASH in verdicts[-1][1]
     assert all(text == "not re-run: over the --confirm-crashes 1 budget" for _, text in verdicts[:-1])
     assert "crash attribution: 5 crashed cells: 1 reproduced alone, 0 did not, 4 unconfirmed" in done.stdout
+
+
+def test_a_hanging_cell_ends_its_worker_and_the_run_goes_on(drill):
+    """The watchdog fires on a cell that never returns: the cell is crashed with its timeout and the
+    worker's stacks (harness/cell_watchdog.py); the cells after it run in a new worker."""
+    hanging = CELL.format(2)
+    done, folder, cells = drill("--cell-timeout", "20", "--confirm-crashes", "0", crashing="",
+                                env={FORCE_HANG_ENV: hanging})
+    assert done.returncode == 1, done.stdout[-3000:]
+    statuses = {cell_id: cell["status"] for cell_id, cell in cells.items()}
+    assert statuses == {cell_id: "crashed" if cell_id == hanging else "passed" for cell_id in statuses}
+    assert len(statuses) == COLLECTED
+    stacks = folder / "hangs" / f"{hanging}.txt"
+    assert cells[hanging]["reason"] == f"{hanging}: no result after 20 s (--cell-timeout); the worker's stacks then: ({stacks})"
+    assert "Timeout (0:00:20)!" in stacks.read_text() and "in _hang" in stacks.read_text()
+    assert [path.name for path in (folder / "hangs").iterdir()] == [stacks.name]  # the other cells' files are gone
+    assert last_line(done) == f"attn-harness: all {COLLECTED} collected cells accounted for: 6 passed, 1 crashed"
 
 
 def test_explicit_restart_cap_leaves_cells_not_run_and_says_so(drill):
