@@ -25,6 +25,7 @@ from harness.case_strategy import DrawnCase, drawn_cases
 from harness.case_spec import Case, CaseSpec
 from harness.cases import spec_from_fields
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile
+from harness.known_failures import GENERATED_CASES
 from harness.sglang_env import decode_capture_sizes
 
 # Valid examples per pass: below 10, hypothesis skips its minimal-examples warm-up.
@@ -150,7 +151,7 @@ def generated_name(seed: int, index: int, spec: CaseSpec) -> str:
     window = f"w{spec.sliding_window}" if spec.sliding_window else ""
     shape = (f"b{spec.bs}k{spec.topk}s{spec.num_steps}p{spec.page_size}d{spec.head_dim}"
              f"h{spec.num_heads}x{spec.num_kv_heads}{window}{mirrors}")
-    return f"gen{seed}-{index}-{shape}"
+    return f"{GENERATED_CASES}{seed}-{index}-{shape}"
 
 
 def as_case(drawn: DrawnCase, name: str, source: str) -> Case:

@@ -30,6 +30,8 @@ from harness.releases import KNOWN_RELEASES
 from harness.runners import RUNNER_NAMES as RUNNERS
 from harness.seed_bugs import FIXES
 
+GENERATED_CASES = "gen"  # the generated tier's case names begin so (harness/generated.py generated_name)
+
 KNOWN_FAILURES_FILE = ROOT / "KNOWN_FAILURES.md"
 
 # field -> what a valid value looks like (quoted in errors). Selector values are comma-separated
@@ -122,6 +124,11 @@ class KnownFailure:
     fixed_by: str | None = None  # a harness fix (seed_bugs.FIXES) under which these cells must pass
     releases: tuple[str, ...] = ("*",)  # the sglang releases (contracts) the bug is in
     traits: tuple[str, ...] = ()  # case traits (harness/case_traits.py) a covered cell's case has, all of them
+
+    @property
+    def selects_generated_only(self) -> bool:
+        """Every case glob names generated cases: only a run with a generated tier can meet the entry."""
+        return all(glob.startswith(GENERATED_CASES) for glob in self.cases)
 
     def matches(self, cell: Mapping) -> bool:
         """True when the cell (needs cell_id, case, backend, mode, runner, traits) is in this entry's
@@ -364,11 +371,14 @@ def match(entries: Iterable[KnownFailure], cell: Mapping) -> KnownFailure | None
 
 def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping]) -> list[KnownFailure]:
     """Entries that match none of the executed cells: fixed, renamed, or mistyped. An entry for
-    other releases than the installed one is not stale here: its bug is not in this release.
+    other releases than the installed one is not stale here: its bug is not in this release; nor is
+    an entry for generated cases alone in a run without a generated tier: it had nothing to match.
 
     Takes the cells rather than their ids because an entry selects on backend, mode and runner,
     which an id does not spell out reliably.
     """
     cells = list(executed_cells)
+    generated_run = any(cell["case"].startswith(GENERATED_CASES) for cell in cells)
     return [entry for entry in entries
-            if entry.on_installed_release and not any(entry.matches(cell) for cell in cells)]
+            if entry.on_installed_release and (generated_run or not entry.selects_generated_only)
+            and not any(entry.matches(cell) for cell in cells)]

@@ -188,6 +188,15 @@ def test_stale(tmp_path):
     assert stale(entries, [cell(), cell(backend="triton")]) == []
 
 
+def test_an_entry_for_generated_cases_is_judged_only_in_a_run_that_drew_some(tmp_path):
+    [entry] = load_known_failures(write(tmp_path, ENTRY.replace("`*-tree-*`, chain-bs1", "`gen*`")))
+    assert entry.selects_generated_only
+    assert stale([entry], [cell()]) == []  # a hand-made run: nothing it could have matched
+    drawn = cell(cell_id="target_verify-gen0-3-b1-triton-eager", case="gen0-3-b1", backend="triton")
+    assert stale([entry], [cell(), drawn]) == [entry]  # drew cases, none its own
+    assert stale([entry], [drawn, cell(cell_id="target_verify-gen0-4-b2-fa4-cuda_graph", case="gen0-4-b2")]) == []
+
+
 def test_the_format_documents_every_failure_class_as_the_registry_says():
     text = REPO_LEDGER.read_text()
     for name, meaning in FAILURE_CLASSES.items():
