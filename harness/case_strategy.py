@@ -6,11 +6,19 @@ size buffers and bounds from: the model's context wall (the longest committed pr
 speculative step runs on, case_limits.max_committed_prefix) and one token short of it, page
 boundaries, sglang's capture sizes and their neighbours, the shortest prefixes a mode runs on
 (0 and 1 tokens; 1 and 2 in draft decode, whose committed length is never 0), one request and
-many; the model's sliding window at the same edges, around a request's prefix. Validity is the schema's own: a draw goes through the case schema, the loader's mode and
-size rules (cases.spec_problem) and the backend entry's skip rules, and is redrawn if any says
-no or if it costs more than the profile's caps. The names drawn come from the registries
-(MODES, the machine's BACKENDS x RUNNER_FORMS) and the schema's vocabularies. The smallest or
-default value of every choice comes first, so hypothesis shrinks toward it.
+many. Head shapes and the model's sliding window come as the profile gives them
+(harness/draw_caps.py). From a HeadGrid (the CPU's) heads are any product of its values, and
+the window is drawn at the edges of a request's prefix: the smallest window sglang serves,
+just below, at and just above the prefix, the page boundaries next to it, over every row. From
+served models (the GPU's) heads are one model's shard and the window one of its windows, so
+that cells share compiled kernels; the edge moves to the prefix, one request's drawn where the
+window starts to cut its row. Dtypes are drawn by the profile's weights (the GPU's: mostly
+bf16, as production serves). Validity is the schema's own: a draw goes through the case schema,
+the loader's mode and size rules (cases.spec_problem) and the backend entry's skip rules, and
+is redrawn if any says no or if it costs more than the profile's caps. The names drawn come
+from the registries (MODES, the machine's BACKENDS x RUNNER_FORMS) and the schema's
+vocabularies. The smallest or default value of every choice comes first, so hypothesis shrinks
+toward it.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from harness.case_limits import max_committed_prefix
 from harness.case_spec import HostMirrors, KvLayout, PadStyle
 from harness.cases import spec_from_fields, spec_problem
 from harness.cell_matrix import combination_skip_reason
-from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, cell_cost, machine_runs
+from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, HeadGrid, cell_cost, machine_runs
 from harness.modes import MODES
 from harness.runners import RUNNER_FORMS
 from harness.sglang_env import decode_capture_sizes
@@ -36,6 +44,7 @@ KV_LAYOUTS, HOST_MIRRORS, PAD_STYLES = get_args(KvLayout), get_args(HostMirrors)
 PREFIX_SCALES = (3, 64, 512, 4096)
 DRAFT_WINDOWS, DRAFT_SINKS = (0, 1, 16, 64), (0, 1, 4)
 SMALLEST_MODEL_WINDOW = 2  # a sliding_window of 1 reaches sglang's layer as 0, which it reads as no window
+MODEL_WINDOW_WEIGHT = 3  # a model's own windows (none included), each 3 times as often as the smallest
 SHAPE_ATTEMPTS, SIZE_ATTEMPTS = 4, 4  # bounded: hypothesis caps the choices of one draw
 
 
@@ -49,6 +58,34 @@ class DrawnCase:
     @property
     def key(self) -> tuple:
         return (self.mode, tuple(sorted((k, repr(v)) for k, v in self.fields.items())))
+
+
+@dataclass(frozen=True)
+class Heads:
+    """What the first draw of a case's sizes fixes of its heads, and the choices it leaves, drawn after
+    context and batch (where the CPU profile's draws have always drawn them): none for a model (one
+    value each, which hypothesis draws without a choice), the GQA ratios and head dims for a HeadGrid."""
+
+    num_kv_heads: int
+    gqa_ratios: tuple[int, ...]
+    head_dims: tuple[int, ...]
+    sliding_windows: tuple[int, ...] | None  # the model's; None (no model): windows drawn around a prefix
+
+
+@functools.lru_cache(maxsize=None)
+def head_choices(profile: DrawProfile) -> tuple[Heads, ...]:
+    """What a profile's heads offer a draw: a HeadGrid's each kv_heads, or each served model."""
+    heads = profile.heads
+    if isinstance(heads, HeadGrid):
+        return tuple(Heads(kv, heads.gqa_ratios, heads.head_dims, None) for kv in heads.kv_heads)
+    return tuple(Heads(model.num_kv_heads, (model.num_heads // model.num_kv_heads,), (model.head_dim,),
+                        model.sliding_windows) for model in heads)
+
+
+@functools.lru_cache(maxsize=None)
+def _weighted(choices: tuple[tuple, ...]) -> st.SearchStrategy:
+    """Each (value, weight)'s value as often as its weight says; the first is where hypothesis shrinks to."""
+    return st.sampled_from([value for value, weight in choices for _ in range(weight)])
 
 
 def _neighbours(values) -> list[int]:
@@ -122,7 +159,7 @@ def _shape(draw, mode: str, profile: DrawProfile) -> dict:
         name="gen", backends=[backend], runners=[runner],
         topk=draw(st.one_of(st.just(1), st.integers(1, profile.max_topk))),
         num_steps=draw(st.integers(1, profile.max_steps)),
-        page_size=draw(st.sampled_from(profile.page_sizes)), dtype=draw(st.sampled_from(profile.dtypes)),
+        page_size=draw(st.sampled_from(profile.page_sizes)), dtype=draw(_weighted(profile.dtypes)),
         host_mirrors=draw(st.sampled_from(HOST_MIRRORS)), kv_layout=draw(st.sampled_from(KV_LAYOUTS)),
         seed=draw(st.integers(0, 9999)),
     )
@@ -134,10 +171,11 @@ def _shape(draw, mode: str, profile: DrawProfile) -> dict:
 
 @st.composite
 def _sliding_window(draw, prefix_lens: list[int], reach: int, page_size: int) -> int:
-    """The model's window: none (0, where hypothesis shrinks to) half the time; else its edges, drawn
-    around one request's prefix: the smallest window sglang serves, just below, at and just above the
-    prefix, the page boundaries next to it, a window over every row (the longest prefix + ``reach``,
-    the tokens a query reaches past it), or any length up to that."""
+    """The model's window where no model gives it (a HeadGrid's draws): none (0, where hypothesis
+    shrinks to) half the time; else its edges, drawn around one request's prefix: the smallest window
+    sglang serves, just below, at and just above the prefix, the page boundaries next to it, a window
+    over every row (the longest prefix + ``reach``, the tokens a query reaches past it), or any length
+    up to that."""
     if not draw(st.booleans()):
         return 0
     prefix = draw(st.sampled_from(prefix_lens))
@@ -147,6 +185,31 @@ def _sliding_window(draw, prefix_lens: list[int], reach: int, page_size: int) ->
     edges = {SMALLEST_MODEL_WINDOW, prefix - 1, prefix, prefix + 1, over_every_row, *pages}
     return draw(st.one_of(st.sampled_from(sorted(w for w in edges if w >= SMALLEST_MODEL_WINDOW)),
                           st.integers(SMALLEST_MODEL_WINDOW, max(over_every_row, SMALLEST_MODEL_WINDOW))))
+
+
+@st.composite
+def _model_window(draw, model_windows: tuple[int, ...], context_len: int, prefix_lens: list[int], reach: int,
+                  shortest: int, wall: int) -> dict:
+    """The model's window, then one request's prefix at its edges.
+
+    The window is one of the model's (its layers'), none first; one as long as the context is full
+    attention, drawn as none; a model with windowed layers also draws the smallest window sglang serves.
+    Production windows are few, so the boundary moves to the prefix: half the time one request's prefix
+    is drawn where the window starts to cut its row (``reach``: the tokens a query reaches past it),
+    from every query seeing the whole row (window - reach - 1, window - reach) over its last query
+    losing the row's first key (window - reach + 1) to its first query's row of exactly the window
+    (window - 1) and past (window, window + 1); never below ``shortest`` (the mode's shortest prefix)
+    or past the wall.
+    """
+    windows = sorted({w if w < context_len else 0 for w in model_windows})
+    smallest = ((SMALLEST_MODEL_WINDOW, 1),) if any(model_windows) else ()
+    window = draw(_weighted(tuple((w, MODEL_WINDOW_WEIGHT) for w in windows) + smallest))
+    if window and draw(st.booleans()):
+        edges = (window - reach - 1, window - reach, window - reach + 1, window - 1, window, window + 1)
+        prefix = draw(st.sampled_from(sorted(set(edges))))
+        index = draw(st.integers(0, len(prefix_lens) - 1))
+        prefix_lens = [*prefix_lens[:index], min(max(prefix, shortest), wall), *prefix_lens[index + 1:]]
+    return dict(sliding_window=window, prefix_lens=prefix_lens)
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,15 +225,15 @@ def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: Draw
 
     @st.composite
     def sizes(draw) -> dict:
-        kv_heads = draw(st.sampled_from(profile.kv_heads))
+        heads = draw(st.sampled_from(head_choices(profile)))
         context_len = draw(st.sampled_from(profile.context_lens))
         bs = draw(_batch_size(profile))
         # a fixed window per request: the chain's num_steps + 1, or any tree's
         window = draw(st.one_of(st.just(num_steps + 1), st.integers(2, profile.max_window.limit))) if windowed else None
         wall = max_committed_prefix(context_len, spec_mode.most_committed(num_steps, window))
         drawn = dict(
-            num_kv_heads=kv_heads, num_heads=kv_heads * draw(st.sampled_from(profile.gqa_ratios)),
-            head_dim=draw(st.sampled_from(profile.head_dims)), context_len=context_len, bs=bs,
+            num_kv_heads=heads.num_kv_heads, num_heads=heads.num_kv_heads * draw(st.sampled_from(heads.gqa_ratios)),
+            head_dim=draw(st.sampled_from(heads.head_dims)), context_len=context_len, bs=bs,
             prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(wall)), page_size, spec_mode.min_prefix_len),
                                       min_size=bs, max_size=bs)),
         )
@@ -183,7 +246,11 @@ def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: Draw
                 drawn["pad_styles"] = [draw(st.sampled_from(PAD_STYLES))]
         if model_window:
             reach = drawn["input_lens"] if windowed else num_steps  # an int: the loader repeats it
-            drawn["sliding_window"] = draw(_sliding_window(drawn["prefix_lens"], reach, page_size))
+            if heads.sliding_windows is None:
+                drawn["sliding_window"] = draw(_sliding_window(drawn["prefix_lens"], reach, page_size))
+            else:
+                drawn.update(draw(_model_window(heads.sliding_windows, context_len, drawn["prefix_lens"], reach,
+                                                spec_mode.min_prefix_len, wall)))
         return drawn
 
     return sizes()

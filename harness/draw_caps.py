@@ -1,11 +1,13 @@
 """What a generated cell may be on each kind of machine, and what it may cost.
 
 A draw profile is data: the value ranges drawn and caps on what one cell may cost, each cap
-with the reason for its value. Which (backend, runner form) pairs a draw may use is not listed
-here: it is what BACKENDS and RUNNER_FORMS say runs on this machine. Memory is counted by the
-case loader's own estimate (harness/case_limits.py BUFFERS); the work caps bound what the
-float64 reference and Triton's CPU interpreter do, so a draw never exhausts the GPU or the
-2-core CI machine.
+with the reason for its value. Its head shapes are a free grid where nothing compiles (the CPU's
+Triton interpreter), and served models' shards on a GPU, where each new kernel configuration is
+a compile and production's few shapes are the ones worth running. Which (backend, runner form)
+pairs a draw may use is not listed here: it is what BACKENDS and RUNNER_FORMS say runs on this
+machine. Memory is counted by the case loader's own estimate (harness/case_limits.py BUFFERS);
+the work caps bound what the float64 reference and Triton's CPU interpreter do, so a draw never
+exhausts the GPU or the 2-core CI machine.
 """
 
 from __future__ import annotations
@@ -34,12 +36,37 @@ class Cap:
 
 
 @dataclass(frozen=True)
-class DrawProfile:
-    name: str
-    dtypes: tuple[str, ...]
-    head_dims: tuple[int, ...]
+class ModelShape:
+    """A served model's attention as one GPU runs it: its tensor-parallel shard's heads, its head size
+    and the windows its layers attend with.
+
+    The kernels compile per dtype, head_dim, head counts (FlashInfer and FA4 per GQA group), page size
+    and, in Triton's extend kernel, the window; drawn from models, cells share kernels as a server's
+    batches do, where a free product of head counts made almost every cell a compile of its own.
+    """
+
+    name: str  # the model and its tensor-parallel degree
+    num_heads: int  # query heads per GPU
+    num_kv_heads: int
+    head_dim: int
+    sliding_windows: tuple[int, ...] = (0,)  # its layers' windows as its HF config names them; 0: full attention
+
+
+@dataclass(frozen=True)
+class HeadGrid:
+    """Head shapes as a free product, every kv_heads x GQA ratio x head_dim: for a machine that compiles
+    nothing (Triton's CPU interpreter), where a new shape costs no compile and small ones keep a cell short."""
+
     kv_heads: tuple[int, ...]
     gqa_ratios: tuple[int, ...]
+    head_dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DrawProfile:
+    name: str
+    dtypes: tuple[tuple[str, int], ...]  # (dtype, weight: how often beside the others); first: where draws shrink to
+    heads: HeadGrid | tuple[ModelShape, ...]
     page_sizes: tuple[int, ...]
     context_lens: tuple[int, ...]
     max_topk: int
@@ -98,12 +125,30 @@ def cell_cost(mode: SpecMode, spec: CaseSpec, graph: bool) -> CellCost:
 
 GIB, MIB = 1 << 30, 1 << 20
 
+# Per-GPU shards of models sglang serves (HF config.json: num_attention_heads and num_key_value_heads
+# over the tensor-parallel degree, head_dim, sliding_window and which layers use it): GQA groups 1 to 8,
+# head dims 64 to 256, and the windows production runs.
+SERVED_MODELS = (
+    ModelShape("Llama-3.1-8B, TP1", 32, 8, 128),
+    ModelShape("Llama-3.1-70B, TP8", 8, 1, 128),  # one KV head per GPU
+    ModelShape("Llama-3.2-1B, TP1", 32, 8, 64),
+    ModelShape("Llama-2-7B, TP4", 8, 8, 128),  # MHA: a group of one
+    ModelShape("Qwen2.5-7B, TP1", 28, 4, 128),  # a group of 7
+    ModelShape("Qwen3-32B, TP4", 16, 2, 128),
+    ModelShape("Mistral-7B-v0.1, TP1", 32, 8, 128, (4096,)),  # every layer windowed
+    ModelShape("Gemma-2-9B, TP1", 16, 8, 256, (0, 4096)),  # global and local layers alternate
+    ModelShape("Gemma-3-27B, TP2", 16, 8, 128, (0, 1024)),  # one global layer in six
+    ModelShape("gpt-oss-20b, TP1", 64, 8, 64, (0, 128)),  # full and banded layers alternate
+    # the smallest shards: the only rows whose long contexts fit the reference cap, so the 32K and 128K
+    # context walls are drawn (a request's row costs 16 x num_heads x head_dim bytes of reference)
+    ModelShape("Llama-3.1-8B, TP8", 4, 1, 128),
+    ModelShape("Llama-3.2-1B, TP8", 4, 1, 64),
+)
+
 CPU = DrawProfile(
     name="cpu",
-    dtypes=("float32",),  # bf16 is broken in Triton's CPU interpreter (triton-lang/triton#11584)
-    head_dims=(64, 128, 256),
-    kv_heads=(1, 2),
-    gqa_ratios=(1, 4, 8),
+    dtypes=(("float32", 1),),  # bf16 is broken in Triton's CPU interpreter (triton-lang/triton#11584)
+    heads=HeadGrid(kv_heads=(1, 2), gqa_ratios=(1, 4, 8), head_dims=(64, 128, 256)),
     page_sizes=(1, 16, 64),
     context_lens=(2048, 4096),
     max_topk=8,
@@ -121,10 +166,9 @@ CPU = DrawProfile(
 
 GPU = DrawProfile(
     name="gpu",
-    dtypes=("bfloat16", "float16", "float32"),
-    head_dims=(64, 128, 256),
-    kv_heads=(1, 2, 4, 8),
-    gqa_ratios=(1, 4, 8),
+    # production serves bf16: 3 draws in 4; fp16 and fp32 kernels stay in reach
+    dtypes=(("bfloat16", 6), ("float16", 1), ("float32", 1)),
+    heads=SERVED_MODELS,
     page_sizes=(1, 16, 64),
     context_lens=(4096, 8192, 32768, 131072),
     max_topk=8,

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import Phase, find, settings
 
 from harness import ROOT
-from harness.case_strategy import DrawnCase, drawn_cases, why_not_runnable
+from harness.case_strategy import DrawnCase, drawn_cases, head_choices, why_not_runnable
 from harness.cases import fields_of, load_case_file, spec_from_fields
 from harness.cell_matrix import expand_cells
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, PROFILES, cell_cost, machine_runs
@@ -92,7 +92,9 @@ def test_draws_reach_shapes_and_boundaries_the_hand_made_cases_never_do(tier):
     assert seen["mode"] == set(MODES)
     assert seen["runner"] == {runner for _, runner in machine_runs()}
     assert {"prod_fill", "small_real", None} <= seen["padding"]
-    assert seen["head_dim"] == set(profile.head_dims) and seen["gqa"] == set(profile.gqa_ratios)
+    offered = head_choices(profile)
+    assert seen["head_dim"] == {d for heads in offered for d in heads.head_dims}
+    assert seen["gqa"] == {ratio for heads in offered for ratio in heads.gqa_ratios}
     assert seen["page_size"] == set(profile.page_sizes)
     assert seen["host_mirrors"] == {"full", "gpu_only", "none"}
     assert seen["kv_layout"] == {"contiguous", "shuffled", "interleaved", "non_monotonic"}
