@@ -65,6 +65,7 @@ class GeneratedRun:
     case_files: dict[str, dict] = field(default_factory=dict)  # failing cell id -> {case_file, rerun}
     reproducers: list[Shrunk] = field(default_factory=list)
     not_shrunk: list[str] = field(default_factory=list)
+    passed_over: dict[str, int] = field(default_factory=dict)  # entry id -> draws passed over as known to fail
 
     def cell_id(self, report) -> str | None:
         cell_id = report.nodeid.rpartition("[")[2].rstrip("]")
@@ -133,7 +134,8 @@ class GeneratedRun:
         return dict(profile=self.profile, seed=self.seed, requested=self.requested, drawn=len(self.by_cell),
                     draw_s=round(self.draw_s, 2), cell_s=round(self.cell_s, 1), **counts,
                     failures=[dict(cell=cell_id, **self.case_files[cell_id]) for cell_id in self.failures],
-                    reproducers=[r.as_report() for r in self.reproducers], not_shrunk=self.not_shrunk)
+                    reproducers=[r.as_report() for r in self.reproducers], not_shrunk=self.not_shrunk,
+                    passed_over=self.passed_over)
 
     def pytest_terminal_summary(self, terminalreporter):
         if not self.controller:
@@ -206,5 +208,5 @@ def pytest_sessionstart(session):
     config._attn_cells = ([] if config.getoption("--generated-only") else config._attn_cells) + cells
     run = GeneratedRun(profile, seed, count, draw_s, {cell.cell_id: by_case[cell.case.case_id] for cell in cells},
                        config.getoption("--generated-budget"), controller=not hasattr(config, "workerinput"),
-                       cell_args=config._attn_cell_args)
+                       cell_args=config._attn_cell_args, passed_over=dict(getattr(config, "_attn_passed_over", {})))
     config.pluginmanager.register(run, "attn-harness-generated-run")

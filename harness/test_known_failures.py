@@ -268,3 +268,19 @@ def test_traits_narrow_an_entry_to_the_cases_that_have_them(tmp_path):
 def test_an_unknown_trait_is_refused_by_name(tmp_path):
     with pytest.raises(KnownFailuresError, match=r":9: entry KF-fa4-tree-graph: field 'traits': 'past-ctx' is no case trait"):
         load_known_failures(write(tmp_path, ENTRY.replace("- class:", "- traits: past-ctx\n- class:")))
+
+
+def test_the_summary_names_entries_the_generated_tier_passed_over_not_stale(tmp_path):
+    """A generated run that passed over every draw an entry covers ran none of its cells: the summary
+    says so instead of calling the entry stale (run.json's generated.passed_over)."""
+    from harness.reporting.summary import stale_section
+
+    entries = load_known_failures(write(tmp_path, ENTRY + "\n" + SECOND))
+    executed = [{**cell(), "status": "xfailed"}]
+    plain = stale_section(executed, entries)
+    assert any(line.startswith("- KF-any-triton") for line in plain)
+    runs = [{"run_id": "r", "generated": {"passed_over": {"KF-any-triton": 3}}}]
+    drawn = stale_section(executed, entries, runs)
+    assert not any(line.startswith("- KF-any-triton") for line in drawn)
+    assert "Not stale: the generated tier passed over draws they cover (known to fail, not run): KF-any-triton (3)." in drawn
+    assert drawn[-1] == "None."

@@ -103,9 +103,19 @@ def _skips_section(cells: Sequence[Mapping]) -> list[str]:
     return lines + markdown_table(["reason", "cells", "backends", "modes"], rows)
 
 
-def _stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailure]) -> list[str]:
+def stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailure],
+                  runs: Sequence[Mapping] = ()) -> list[str]:
+    """Entries that matched no executed cell; those the generated tier passed draws over for
+    (run.json ``generated.passed_over``) are named apart: their cells were drawn and known, not run."""
+    passed_over = Counter()
+    for run in runs:
+        passed_over.update((run.get("generated") or {}).get("passed_over") or {})
     lines = ["## Stale KNOWN_FAILURES entries", ""]
-    entries = stale(known_failures, [cell for cell in cells if cell["status"] in EXECUTED])
+    entries = [entry for entry in stale(known_failures, [cell for cell in cells if cell["status"] in EXECUTED])
+               if entry.id not in passed_over]
+    if passed_over:
+        lines += ["Not stale: the generated tier passed over draws they cover (known to fail, not run): "
+                  + ", ".join(f"{entry_id} ({count})" for entry_id, count in sorted(passed_over.items())) + ".", ""]
     if not entries:
         return lines + ["None."]
     for entry in entries:
@@ -130,6 +140,6 @@ def render_summary(results: Mapping, known_failures: Sequence[KnownFailure]) -> 
         _problems_section(cells),
         _not_run_section(cells),
         _skips_section(cells),
-        _stale_section(cells, known_failures),
+        stale_section(cells, known_failures, results["runs"]),
     ]
     return "\n\n".join("\n".join(section) for section in sections) + "\n"
