@@ -318,7 +318,7 @@ def _signature(path: Path, entry: _RawEntry) -> dict:
     """The classes, and the error range that MEASURED classes among them require (and no others take)."""
     value, line = entry.fields["class"]
     where = f"{path}:{line}: entry {entry.id}"
-    classes = tuple(part.strip() for part in value.split(","))
+    classes = _comma_list(value)
     unknown = [name for name in classes if name not in FAILURE_CLASSES]
     if unknown:
         raise KnownFailuresError(f"{where}: field 'class' is '{value}': '{unknown[0]}' is no failure class; "
