@@ -341,6 +341,88 @@ FLASHINFER_DRAFT_KV_PAST_CONTEXT = (
 )
 
 
+# reports/gpu/findings/flashinfer-window-ragged-extend: an extend over a window model runs its extend
+# tokens against each other through one ragged wrapper, planned once for every layer kind and
+# without window_left; FlashInfer picks the kernel at plan time, so the window layers' extend tokens
+# see every earlier extend token, not the last window of them. Give each wrapper kind its own ragged
+# wrapper, plan the window one with window_left, and pick by the layer's wrapper (the no-prefix
+# call, which resets the window per call, passes the layer's window too).
+_RAGGED_PER_WRAPPER = "self.prefill_wrappers_ragged[wrapper_id],"
+FLASHINFER_WINDOW_RAGGED_EXTEND = (
+    SourcePatch(_FI, "FlashInferAttnBackend", "__init__", ((
+        'self.prefill_wrapper_ragged = BatchPrefillWithRaggedKVCacheWrapper( self.workspace_buffer, "NHD", '
+        'backend=fmha_backend )',
+        'self.prefill_wrapper_ragged = BatchPrefillWithRaggedKVCacheWrapper(\n'
+        '    self.workspace_buffer, "NHD", backend=fmha_backend\n)\n'
+        "# One ragged wrapper per wrapper kind: FlashInfer fixes the window at plan time, so\n"
+        "# window and full layers cannot share one.\n"
+        "self.prefill_wrappers_ragged = [self.prefill_wrapper_ragged] + [\n"
+        '    BatchPrefillWithRaggedKVCacheWrapper(self.workspace_buffer, "NHD", backend=fmha_backend)\n'
+        "    for _ in range(self.num_wrappers - 1)\n]"),)),
+    SourcePatch(_FI, "FlashInferAttnBackend", "forward_extend", (
+        Swap("self.prefill_wrapper_ragged.", "self.prefill_wrapper_ragged",
+             "self.prefill_wrappers_ragged[self._get_wrapper_idx(layer)]", 2),
+        ("causal=causal, sm_scale=layer.scaling, logits_soft_cap=logits_soft_cap,",
+         "causal=causal,\nsm_scale=layer.scaling,\nwindow_left=layer.sliding_window_size,\n"
+         "logits_soft_cap=logits_soft_cap,"),
+    )),
+    SourcePatch(_FI, "FlashInferIndicesUpdaterPrefill", "__init__", ((
+        "self.prefill_wrapper_ragged = attn_backend.prefill_wrapper_ragged",
+        "self.prefill_wrapper_ragged = attn_backend.prefill_wrapper_ragged\n"
+        "self.prefill_wrappers_ragged = attn_backend.prefill_wrappers_ragged"),)),
+    SourcePatch(_FI, "FlashInferIndicesUpdaterPrefill", "update_sliding_window", (
+        Swap("self.call_begin_forward( self.prefill_wrapper_ragged,", "self.prefill_wrapper_ragged,", _RAGGED_PER_WRAPPER),
+        ("window_left=( sliding_window_size if (wrapper_id == 0 and not use_ragged and spec_info is None) else -1 ),",
+         "window_left=(\n    sliding_window_size\n    if (wrapper_id == 0 and not use_ragged and spec_info is None)\n"
+         "    else -1\n),\nragged_window_left=sliding_window_size if wrapper_id == 0 else -1,"),
+    )),
+    SourcePatch(_FI, "FlashInferIndicesUpdaterPrefill", "update_cross_attention", (
+        Swap("self.call_begin_forward( self.prefill_wrapper_ragged,", "self.prefill_wrapper_ragged,", _RAGGED_PER_WRAPPER),
+    )),
+    SourcePatch(_FI, "FlashInferIndicesUpdaterPrefill", "call_begin_forward", (
+        ("window_left: int = -1,", "window_left: int = -1,\nragged_window_left: int = -1,"),
+        ("self.head_dim, q_data_type=self.q_data_type,",
+         "self.head_dim,\nq_data_type=self.q_data_type,\nwindow_left=ragged_window_left,"),
+    )),
+)
+
+
+# reports/gpu/findings/flashinfer-decode-graph-kv-past-context: the single-step backend's CUDA-graph
+# kv_indices hold max_num_tokens x max_context_len, but a decode row at the context wall under
+# speculative decoding (a frozen-KV MTP draft step) reads into the req_to_token headroom, and the
+# index build writes past the buffer unchecked. Size it by the row width, as the multi-step fix does.
+FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT = (
+    SourcePatch(_FI, "FlashInferAttnBackend", "init_cuda_graph_state", (
+        Swap("(max_num_tokens * self.max_context_len,),", "self.max_context_len",
+             "self.req_to_token_pool.req_to_token.shape[1]"),)),
+)
+
+
+# reports/gpu/findings/flashinfer-graph-workspace: the CUDA-graph verify and draft-extend wrappers plan
+# split-kv in the shared float workspace (SGLANG_FLASHINFER_WORKSPACE_SIZE, 384 MiB), which nothing
+# sizes by heads, head_dim or the captured batch; wide models outgrow it at capture. sglang already
+# sizes the plain-EXTEND graph workspace by FlashInfer's formula: size these graphs' by it too, with a
+# buffer of their own only when the shared one is too small.
+FLASHINFER_GRAPH_WORKSPACE = (
+    SourcePatch(_FI, "FlashInferAttnBackend", "init_cuda_graph_state", ((
+        "self.cuda_graph_qo_indptr = [x.clone() for x in self.kv_indptr]",
+        "self.cuda_graph_qo_indptr = [x.clone() for x in self.kv_indptr]\n"
+        "# The verify / draft-extend graphs plan split-kv for the largest captured batch;\n"
+        "# the shared workspace has a fixed size, so give them one that holds that plan.\n"
+        "updater = self.indices_updater_prefill\n"
+        "graph_prefill_bytes = self._full_cg_prefill_workspace_bytes(\n"
+        "    max_bs,\n    max_num_tokens,\n    num_qo_heads=updater.num_qo_heads,\n"
+        "    num_kv_heads=updater.num_kv_heads,\n    head_dim=updater.head_dim,\n"
+        "    device=self.workspace_buffer.device,\n)\n"
+        "self.cuda_graph_prefill_workspace_buffer = (\n"
+        "    self.workspace_buffer\n    if graph_prefill_bytes <= self.workspace_buffer.numel()\n"
+        "    else torch.empty(\n        graph_prefill_bytes, dtype=torch.uint8, device=self.workspace_buffer.device\n    )\n)"),)),
+    SourcePatch(_FI, "FlashInferAttnBackend", "_create_prefill_wrappers", (
+        Swap("BatchPrefillWithPagedKVCacheWrapper( self.workspace_buffer,", "self.workspace_buffer",
+             "self.cuda_graph_prefill_workspace_buffer"),)),
+)
+
+
 def _apply_all(patches: tuple[SourcePatch, ...]) -> Callable[[], None]:
     def apply() -> None:
         for patch in patches:
@@ -406,6 +488,21 @@ PATCHES = {patch.patch_id: patch for patch in (
           "FA4 on sm90 loads paged KV by cp.async, which zero-fills rows past the sequence, for every page "
           "size instead of by TMA when the page equals its key tile", _apply_all(FA4_PAGED_KV_CPASYNC),
           "page-tail and fa4", kind=FIX, source=FA4_PAGED_KV_CPASYNC),
+    Patch("flashinfer-window-ragged-extend", "reports/gpu/findings/flashinfer-window-ragged-extend",
+          "FlashInfer gives each wrapper kind its own ragged wrapper and plans the window layers' one with "
+          "window_left, so extend tokens of a window layer see only their window of each other",
+          _apply_all(FLASHINFER_WINDOW_RAGGED_EXTEND), "past-window and flashinfer", kind=FIX,
+          source=FLASHINFER_WINDOW_RAGGED_EXTEND),
+    Patch("flashinfer-decode-graph-kv-past-context", "reports/gpu/findings/flashinfer-decode-graph-kv-past-context",
+          "FlashInfer sizes its CUDA-graph kv_indices by the req_to_token row width, not max_context_len, so a "
+          "decode row at the context wall stays inside it", _apply_all(FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT),
+          "past-context and frozen_kv_mtp_draft and flashinfer", kind=FIX,
+          source=FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT),
+    Patch("flashinfer-graph-workspace", "reports/gpu/findings/flashinfer-graph-workspace",
+          "FlashInfer sizes the float workspace of its CUDA-graph verify and draft-extend wrappers by the "
+          "split-kv plan of the largest captured batch, not the fixed shared workspace",
+          _apply_all(FLASHINFER_GRAPH_WORKSPACE), "graph-workspace and flashinfer", kind=FIX,
+          source=FLASHINFER_GRAPH_WORKSPACE),
 )}
 SEED_BUGS = {patch_id: patch for patch_id, patch in PATCHES.items() if patch.kind == REPLAY}
 FIXES = {fix_id: patch for fix_id, patch in PATCHES.items() if patch.kind == FIX}
