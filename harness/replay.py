@@ -100,30 +100,36 @@ def replay(bug_id: str, workers: str, tier: Tier = Tier(), clean_runs: dict | No
 STILL_FAILING = ("failed", "crashed", "xfailed", "xpassed", "not_run")  # anything but passed or skipped
 
 
+def _failure(record: dict) -> dict:
+    """What a known-failure signature is written from: the class, the error and the message."""
+    return {"cell": record["cell_id"], "status": record["status"], "failure_class": record.get("failure_class"),
+            "max_abs_err": record.get("max_abs_err"), "message": record.get("reason")}
+
+
 def fix_row(fix_id: str, workers: str) -> dict:
     """One fix's row: its cells stock (some must fail, as known failures or not) and fixed (all must pass)."""
     fix = FIXES[fix_id]
     started = time.time()
     stock = [r for r in _run(None, fix.cells, workers, Tier()) if r["status"] != "skipped"]
     fixed = [r for r in _run(fix_id, fix.cells, workers, Tier(), "--apply-fix") if r["status"] != "skipped"]
-    failing = [r["cell_id"] for r in stock if r["status"] in STILL_FAILING]
-    left = [{"cell": r["cell_id"], "status": r["status"], "message": r.get("reason")}
-            for r in fixed if r["status"] in STILL_FAILING]
+    failing = [r for r in stock if r["status"] in STILL_FAILING]
+    left = [_failure(r) for r in fixed if r["status"] in STILL_FAILING]
     verdict = ("not run" if not fixed else "fixed" if failing and not left
                else "nothing to fix" if not failing else "not fixed")
     return {"fix": fix_id, "upstream": fix.upstream, "summary": fix.summary, "verdict": verdict,
-            "failing_stock": failing, "failing_fixed": left, "executed": len(fixed),
+            "failing_stock": [r["cell_id"] for r in failing], "stock_failures": [_failure(r) for r in failing],
+            "failing_fixed": left, "executed": len(fixed),
             "device": platform.device_description()["device"], "wall_s": round(time.time() - started, 1)}
 
 
 def fix_table(rows: list[dict]) -> str:
-    lines = ["| fix | upstream | verdict | failing stock (cells) | failing with the fix | first message | device |",
+    lines = ["| fix | upstream | verdict | failing stock (cells) | failing with the fix | first message (fixed, else stock) | device |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
-        first = (row["failing_fixed"][0]["message"] or "").replace("|", "\\|")[:160] if row["failing_fixed"] else ""
+        first = (row["failing_fixed"] or row.get("stock_failures") or [{}])[0].get("message") or ""
         lines.append(f"| {row['fix']} | {row['upstream']} | **{row['verdict']}** | "
-                     f"{len(row['failing_stock'])}/{row['executed']} | {len(row['failing_fixed'])} | {first} | "
-                     f"{row['device']} |")
+                     f"{len(row['failing_stock'])}/{row['executed']} | {len(row['failing_fixed'])} | "
+                     f"{first.replace('|', chr(92) + '|')[:160]} | {row['device']} |")
     return "\n".join(lines)
 
 

@@ -181,3 +181,22 @@ def test_stock_fa_page_tables_are_short_exactly_in_the_known_failures(page_table
 
 def test_the_fix_gives_every_request_its_whole_row(page_tables):
     assert page_tables["fixed"] == {cell_id: [] for cell_id in page_tables["stock"]}
+
+
+def test_a_fix_row_keeps_what_the_stock_cells_failed_with(monkeypatch):
+    """A fix table is where a known failure's signature is first measured: each failing stock cell
+    keeps its class, error and message, and the table shows the stock message when the fix holds."""
+    from harness import replay
+
+    def records(bug_id, selector, workers, tier, option="--replay"):
+        status = "passed" if bug_id else "failed"
+        return [{"cell_id": "c1", "status": status, "failure_class": None if bug_id else "numeric",
+                 "max_abs_err": 0.001 if bug_id else 4.2, "reason": None if bug_id else "numeric: 4.2 > 0.03"},
+                {"cell_id": "c2", "status": "skipped", "reason": "needs a GPU"}]
+
+    monkeypatch.setattr(replay, "_run", records)
+    row = replay.fix_row("flashinfer-window-ragged-extend", "1")
+    assert row["verdict"] == "fixed" and row["failing_stock"] == ["c1"] and row["executed"] == 1
+    assert row["stock_failures"] == [{"cell": "c1", "status": "failed", "failure_class": "numeric",
+                                      "max_abs_err": 4.2, "message": "numeric: 4.2 > 0.03"}]
+    assert "| 1/1 | 0 | numeric: 4.2 > 0.03 |" in replay.fix_table([row])
