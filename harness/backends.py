@@ -308,6 +308,9 @@ BACKENDS: dict[str, BackendEntry] = {
                 "cuda_graph_kv_indices",  # multi-step owner: one 2-D buffer, a row per step backend
                 "cuda_graph_kv_indices[*]",  # one per wrapper; a step backend's first is its row
                 "cuda_graph_custom_mask", "cuda_graph_qk_indptr[*]", "cuda_graph_qo_indptr[*]",
+                # the verify / draft-extend graphs' own workspace, allocated only under
+                # --apply-fix flashinfer-graph-workspace (harness/seed_bugs.py)
+                "cuda_graph_prefill_workspace_buffer",
             })}),
         ),
         _flash_attention(3, "sgl_kernel.flash_attn", (8, 0),

@@ -24,6 +24,29 @@ def furthest_row_position(case: Case) -> int:
     return max(written + read, default=0)
 
 
+# FlashInfer's shared float workspace (sglang's SGLANG_FLASHINFER_WORKSPACE_SIZE default, both releases)
+FLASHINFER_WORKSPACE_BYTES = 384 * 1024 * 1024
+_PREFILL_GRAPH_FORWARDS = ("TARGET_VERIFY", "DRAFT_EXTEND_V2")  # graphs FlashInfer plans as a batch prefill
+
+
+def flashinfer_graph_split_kv_bytes(case: Case) -> int:
+    """The float workspace FlashInfer's split-kv plan asks for when a prefill-kind CUDA graph of the
+    case is captured at its largest capture size (scheduler.cuh, CUDA-graph sizing: the query tiles of
+    the whole padded batch as if one request held every row, plus one per further request; tmp_v and
+    tmp_s). The term that only small batches reach (2 x SMs / KV heads) is left out, so the figure
+    is a lower bound: a case it puts over the workspace overflows on every Hopper."""
+    spec = case.spec
+    if MODES[case.mode].forward_mode not in _PREFILL_GRAPH_FORWARDS or not spec.capture_bs:
+        return 0
+    slots = max(spec.capture_bs)
+    rows = slots * MODES[case.mode].tokens_per_request(spec)
+    group = spec.num_heads // spec.num_kv_heads
+    longest = (rows - slots + 1) * group
+    tile = 128 if longest > 64 and spec.head_dim < 256 else 64 if longest > 16 else 16
+    tiles = -(-rows * group // tile) + slots - 1
+    return spec.num_heads * tiles * tile * (spec.head_dim + 1) * 4
+
+
 @dataclass(frozen=True)
 class CaseTrait:
     name: str
@@ -38,6 +61,19 @@ TRAITS: dict[str, CaseTrait] = {trait.name: trait for trait in (
         "every req_to_token row speculative headroom past context_len (allocation_sizing), and a request "
         "at the context wall uses it, while backends that size their tables by context_len end there",
         lambda case: furthest_row_position(case) > case.spec.model_context_len,
+    ),
+    CaseTrait(
+        "window-inside-extend",
+        "a draft extend over a sliding-window layer with more extend tokens than the window: the extend "
+        "tokens must clip each other by the window too, which no case with fewer extend tokens tests",
+        lambda case: (MODES[case.mode].forward_mode == "DRAFT_EXTEND_V2" and case.spec.sliding_window > 0
+                      and max(case.spec.input_lens or [0]) > case.spec.sliding_window),
+    ),
+    CaseTrait(
+        "flashinfer-graph-workspace",
+        "a verify or draft-extend CUDA graph whose FlashInfer split-kv plan at capture needs more float "
+        "workspace than sglang's fixed 384 MiB (wide heads, head_dim 256, large capture sizes)",
+        lambda case: flashinfer_graph_split_kv_bytes(case) > FLASHINFER_WORKSPACE_BYTES,
     ),
 )}
 

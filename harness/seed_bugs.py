@@ -491,7 +491,7 @@ PATCHES = {patch.patch_id: patch for patch in (
     Patch("flashinfer-window-ragged-extend", "reports/gpu/findings/flashinfer-window-ragged-extend",
           "FlashInfer gives each wrapper kind its own ragged wrapper and plans the window layers' one with "
           "window_left, so extend tokens of a window layer see only their window of each other",
-          _apply_all(FLASHINFER_WINDOW_RAGGED_EXTEND), "past-window and flashinfer", kind=FIX,
+          _apply_all(FLASHINFER_WINDOW_RAGGED_EXTEND), "past-window and flashinfer and eager and not gen51-159", kind=FIX,
           source=FLASHINFER_WINDOW_RAGGED_EXTEND),
     Patch("flashinfer-decode-graph-kv-past-context", "reports/gpu/findings/flashinfer-decode-graph-kv-past-context",
           "FlashInfer sizes its CUDA-graph kv_indices by the req_to_token row width, not max_context_len, so a "

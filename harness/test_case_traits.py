@@ -4,7 +4,7 @@ the ledger and the generator select on it."""
 import pytest
 
 from harness.case_spec import Case, CaseSpec
-from harness.case_traits import TRAITS, traits_of
+from harness.case_traits import FLASHINFER_WORKSPACE_BYTES, TRAITS, flashinfer_graph_split_kv_bytes, traits_of
 from harness.cases import fields_of, load_all_cases
 from harness.generated import _known_to_fail
 from harness.known_failures import load_known_failures
@@ -29,6 +29,42 @@ def test_the_hand_matrix_cases_with_the_trait_are_those_written_for_it():
     cases = load_all_cases()
     assert {case.case_id for case in cases if "past-context" in traits_of(case)} == \
         {case.case_id for case in cases if "past-context" in case.spec.name}
+
+
+def extend(window: int, extend_tokens: int) -> Case:
+    spec = CaseSpec(name="swa", prefix_lens=[9, 3], input_lens=[extend_tokens, 2], sliding_window=window,
+                    runners=["eager"], backends=["triton"], dtype="bfloat16")
+    return Case(mode="draft_extend_v2", spec=spec, source="test")
+
+
+@pytest.mark.parametrize("window, extend_tokens, expected", [
+    (3, 3, ()), (3, 4, ("window-inside-extend",)), (0, 8, ())],
+    ids=["extend-fills-the-window", "one-extend-token-past-it", "no-window"])
+def test_window_inside_extend_starts_when_an_extend_token_sees_past_the_window(window, extend_tokens, expected):
+    """With W extend tokens the first one is still inside the last one's window; with W + 1 it is not."""
+    assert traits_of(extend(window, extend_tokens)) == expected
+
+
+def wide_verify(capture_bs: int) -> Case:
+    spec = CaseSpec(name="wide", prefix_lens=[5] * 8, input_lens=[7] * 8, num_steps=6, num_heads=64,
+                    num_kv_heads=8, head_dim=256, runners=["cuda_graph"], capture_bs=[capture_bs],
+                    pad_styles=["small_real"], backends=["flashinfer"], dtype="bfloat16")
+    return Case(mode="target_verify", spec=spec, source="test")
+
+
+def test_the_graph_workspace_figure_is_what_flashinfer_asked_for_on_the_gpu():
+    """FlashInfer 0.6.15 on an H200 refused batch_prefill_tmp_v of 499122176 bytes for the hand case
+    (capture bs 64) and 1035993088 for gen41-407 (bs 132); the rule adds tmp_s (a head_dim's 257th)."""
+    cases = {case.spec.name: case for case in load_all_cases()}
+    assert flashinfer_graph_split_kv_bytes(cases["graph-workspace-b60k1s6p1d256h64x8"]) == 499122176 // 256 * 257
+    assert flashinfer_graph_split_kv_bytes(cases["graph-workspace-gen41-407-b131k1s6p64d256h64x8"]) == \
+        1035993088 // 256 * 257
+
+
+@pytest.mark.parametrize("capture_bs, expected", [(48, ()), (64, ("flashinfer-graph-workspace",))])
+def test_the_graph_workspace_trait_holds_past_sglangs_fixed_workspace(capture_bs, expected):
+    assert (flashinfer_graph_split_kv_bytes(wide_verify(capture_bs)) > FLASHINFER_WORKSPACE_BYTES) == bool(expected)
+    assert traits_of(wide_verify(capture_bs)) == expected
 
 
 def test_every_trait_says_why():
