@@ -2,7 +2,8 @@
 
 Exit status: 0 success; 1 the check failed (readme-matrix --check drift, digest with new
 failures, crashes or cells not run, same-outcomes with a cell whose outcome differs, coverage --check
-with a possible pair of axis values no cell has); 2 unusable input (the message names the file and what to fix).
+with a possible pair of axis values no cell has, rejudge with a failing cell no entry holds inside its
+signature or an entry over a cell that passed); 2 unusable input (the message names the file and what to fix).
 """
 
 from __future__ import annotations
@@ -117,6 +118,25 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     return 1 if missing and args.check else 0
 
 
+def cmd_rejudge(args: argparse.Namespace) -> int:
+    from harness.cases import CaseFileError, load_all_cases
+    from harness.releases import installed
+    from harness.reporting.rejudge import ALARMING, rejudge, render
+
+    results = load_results(args.results)
+    try:
+        cases = load_all_cases(args.cases_dir)
+    except CaseFileError as err:
+        raise ReportingError(str(err)) from None
+    ran = {run.get("versions", {}).get("sglang") for run in results["runs"]} - {None}
+    if ran and ran != {installed().version}:
+        print(f"warning: the run used sglang {', '.join(sorted(ran))}; entries are scoped by the installed "
+              f"{installed().version}", file=sys.stderr)
+    judged = rejudge(results["cells"], load_known_failures(args.known_failures), cases)
+    print(render(judged), end="")
+    return 1 if any(j.verdict in ALARMING for j in judged) else 0
+
+
 def results_or_run(text: str) -> Path:
     """A results.json or a run folder (out/cells/<run>/)."""
     return cli.input_folder(text) if Path(text).is_dir() else cli.input_file(text)
@@ -179,6 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
     pairs.add_argument("--out", type=cli.output_file, default=f"{REPORTS}/COVERAGE.md")
     pairs.add_argument("--check", action="store_true", help="exit 1 when a possible pair has no cell")
     pairs.set_defaults(func=cmd_coverage)
+
+    again = sub.add_parser("rejudge", help="results.json judged again against KNOWN_FAILURES.md as it is now; "
+                                           "exit 1 on a failing cell no entry holds or an entry over a pass")
+    again.add_argument("--results", type=cli.input_file, default=RESULTS)
+    again.add_argument("--known-failures", type=cli.input_file, default="KNOWN_FAILURES.md")
+    again.add_argument("--cases-dir", type=cli.input_folder, default=str(CASES_DIR))
+    again.set_defaults(func=cmd_rejudge)
 
     same = sub.add_parser("same-outcomes", help="exit 1 unless two runs give every cell the same (status, reason)")
     same.add_argument("before", type=results_or_run, help="results.json or an out/cells/<run> folder")

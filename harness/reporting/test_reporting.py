@@ -438,3 +438,25 @@ def test_phases_sum_per_runner_and_leave_the_rest_to_pytest(tmp_path, capsys):
     assert "| cuda_graph | 1 | 2.0 | 2.00 | 1.0 (50%) |" in table and "| 0.5 (25%) | 0.0 (0%) | 0.0 (0%) | 0.5 (25%) |" in table
     assert "| all | 2 | 3.0 | 1.50 | 1.0 (33%) |" in table
     assert "wall 600.0 s with 2 worker(s); cells 3.0 s in all (1.5 s per worker)" in table
+
+
+# rejudge --------------------------------------------------------------------------------------
+
+LEDGER = ("## KF-fa3-tree\n- backend: fa3\n- mode: target_verify\n- runner: eager\n- cases: `tree-*`\n"
+          "- reason: x\n- upstream: sglang#1\n- class: numeric\n- max_abs_err: 0.2-0.3, margin x1\n")
+
+
+@pytest.mark.parametrize("record, verdict", [
+    (make_cell(backend="fa3", status="failed", failure_class="numeric", max_abs_err=0.25), "inside"),
+    (make_cell(backend="fa3", status="xfailed", failure_class="numeric", max_abs_err=0.9), "outside the signature"),
+    (make_cell(backend="fa3", case="chain-bs1", status="failed", failure_class="numeric"), "no entry"),
+    (make_cell(backend="fa3", status="passed"), "covered but passed"),
+], ids=["a-new-entry-holds-yesterdays-failure", "outside-its-range", "no-entry", "an-entry-over-a-pass"])
+def test_rejudge_reads_a_recorded_run_against_the_ledger_as_it_is_now(tmp_path, capsys, record, verdict):
+    """An entry written after a run is checked against that run's records: it must hold its cells inside
+    the signature and cover no cell that passed; only the first holds (exit 0)."""
+    results = write_results(tmp_path / "results.json", [record, make_cell()])
+    (tmp_path / "KNOWN_FAILURES.md").write_text(LEDGER)
+    code = main(["rejudge", "--results", str(results), "--known-failures", str(tmp_path / "KNOWN_FAILURES.md")])
+    out = capsys.readouterr().out
+    assert f"| {verdict} |" in out and code == (0 if verdict == "inside" else 1)
