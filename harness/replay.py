@@ -117,8 +117,7 @@ def fix_row(fix_id: str, workers: str) -> dict:
     verdict = ("not run" if not fixed else "fixed" if failing and not left
                else "nothing to fix" if not failing else "not fixed")
     return {"fix": fix_id, "upstream": fix.upstream, "summary": fix.summary, "verdict": verdict,
-            "failing_stock": [r["cell_id"] for r in failing], "stock_failures": [_failure(r) for r in failing],
-            "failing_fixed": left, "executed": len(fixed),
+            "failing_stock": [_failure(r) for r in failing], "failing_fixed": left, "executed": len(fixed),
             "device": platform.device_description()["device"], "wall_s": round(time.time() - started, 1)}
 
 
@@ -126,10 +125,10 @@ def fix_table(rows: list[dict]) -> str:
     lines = ["| fix | upstream | verdict | failing stock (cells) | failing with the fix | first message (fixed, else stock) | device |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
-        first = (row["failing_fixed"] or row.get("stock_failures") or [{}])[0].get("message") or ""
+        first = ((row["failing_fixed"] or row["failing_stock"] or [{}])[0].get("message") or "").replace("|", "\\|")
         lines.append(f"| {row['fix']} | {row['upstream']} | **{row['verdict']}** | "
                      f"{len(row['failing_stock'])}/{row['executed']} | {len(row['failing_fixed'])} | "
-                     f"{first.replace('|', chr(92) + '|')[:160]} | {row['device']} |")
+                     f"{first[:160]} | {row['device']} |")
     return "\n".join(lines)
 
 

@@ -196,7 +196,7 @@ def test_a_fix_row_keeps_what_the_stock_cells_failed_with(monkeypatch):
 
     monkeypatch.setattr(replay, "_run", records)
     row = replay.fix_row("flashinfer-window-ragged-extend", "1")
-    assert row["verdict"] == "fixed" and row["failing_stock"] == ["c1"] and row["executed"] == 1
-    assert row["stock_failures"] == [{"cell": "c1", "status": "failed", "failure_class": "numeric",
-                                      "max_abs_err": 4.2, "message": "numeric: 4.2 > 0.03"}]
+    assert row["verdict"] == "fixed" and row["executed"] == 1
+    assert row["failing_stock"] == [{"cell": "c1", "status": "failed", "failure_class": "numeric",
+                                     "max_abs_err": 4.2, "message": "numeric: 4.2 > 0.03"}]
     assert "| 1/1 | 0 | numeric: 4.2 > 0.03 |" in replay.fix_table([row])
