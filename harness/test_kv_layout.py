@@ -73,12 +73,29 @@ def matrix_layouts():
                 yield pytest.param(*key, id=f"{case.case_id}-extra{extra}")
 
 
+def has_room_to_be_untidy(style: str, layout) -> bool:
+    """Interleaving and running backwards need a request of two pages or more, shuffling two pages.
+    A generated draw kept as a reproducer may name a style its shape leaves no room for (one page a
+    request at page 64): its slots are tidy whatever the style, and only its rows can be shuffled."""
+    ids = page_ids(layout)
+    return sum(map(len, ids)) >= 2 if style == "shuffled" else max(map(len, ids), default=0) >= 2
+
+
 @pytest.mark.parametrize("style,row_lens,page_size,seed,extra", matrix_layouts())
 def test_matrix_layouts_are_untidy_as_named(style, row_lens, page_size, seed, extra):
     layout = build_layout(style, list(row_lens), page_size, seed, extra_rows=extra)
-    assert untidy_slots(style, layout) == (style != "contiguous")
+    if style == "contiguous" or has_room_to_be_untidy(style, layout):
+        assert untidy_slots(style, layout) == (style != "contiguous")
     shuffled_rows = style in ("shuffled", "non_monotonic")
     assert (layout.req_pool_indices != list(range(1, len(row_lens) + 1))) == shuffled_rows
+
+
+def test_most_of_the_matrix_has_room_for_its_style():
+    """The exemption above is for the few reproducers a draw left without room, not the hand cases."""
+    roomless = [key for key in matrix_layouts() if key.values[0] != "contiguous"
+                and not has_room_to_be_untidy(key.values[0], build_layout(key.values[0], list(key.values[1]),
+                                                                          *key.values[2:4], extra_rows=key.values[4]))]
+    assert all("-gen" in key.id for key in roomless) and len(roomless) <= 12
 
 
 def test_contiguous_is_tidy():
