@@ -20,9 +20,10 @@ from harness.case_spec import Case
 from harness.case_traits import traits_of
 from harness.failure_class import Failure
 from harness.known_failures import KnownFailure, match
+from harness.reporting.cell_schema import EXECUTED
 from harness.reporting.markdown import markdown_table
 
-FAILING = ("failed", "crashed", "xfailed")
+PASSING = ("passed", "xpassed")
 INSIDE, OUTSIDE, UNCOVERED, COVERED_PASS = "inside", "outside the signature", "no entry", "covered but passed"
 ALARMING = (OUTSIDE, UNCOVERED, COVERED_PASS)
 
@@ -46,22 +47,22 @@ def rejudge(cells: Iterable[Mapping], entries: list[KnownFailure], cases: Iterab
     by_name = {(case.mode, case.spec.name): case for case in cases}
     judged = []
     for record in cells:
-        if record["status"] not in FAILING + ("passed", "xpassed"):
+        if record["status"] not in EXECUTED:
             continue
-        cell = _with_traits(record, by_name)
-        entry = match(entries, cell)
-        if record["status"] in ("passed", "xpassed"):
+        cell_id, status, reason = record["cell_id"], record["status"], record.get("reason") or ""
+        entry = match(entries, _with_traits(record, by_name))
+        if status in PASSING:
             if entry:
-                judged.append(Judgement(cell["cell_id"], record["status"], entry.id, COVERED_PASS))
-            continue
-        if entry is None:
-            judged.append(Judgement(cell["cell_id"], record["status"], None, UNCOVERED, record.get("reason") or ""))
-            continue
-        failure = Failure(record.get("failure_class") or "error", "", (record.get("reason") or "")[:120],
-                          record.get("max_abs_err"))
-        outside = entry.outside_signature(failure)
-        judged.append(Judgement(cell["cell_id"], record["status"], entry.id, OUTSIDE if outside else INSIDE,
-                                outside or ""))
+                judged.append(Judgement(cell_id, status, entry.id, COVERED_PASS))
+        elif entry is None:
+            judged.append(Judgement(cell_id, status, None, UNCOVERED, reason))
+        elif not record.get("failure_class"):  # no class to hold against the signature: never guess one
+            judged.append(Judgement(cell_id, status, entry.id, OUTSIDE,
+                                    f"the record carries no failure class; {reason}"))
+        else:
+            failure = Failure(record["failure_class"], "", reason[:120], record.get("max_abs_err"))
+            outside = entry.outside_signature(failure)
+            judged.append(Judgement(cell_id, status, entry.id, OUTSIDE if outside else INSIDE, outside or ""))
     return judged
 
 

@@ -460,3 +460,14 @@ def test_rejudge_reads_a_recorded_run_against_the_ledger_as_it_is_now(tmp_path, 
     code = main(["rejudge", "--results", str(results), "--known-failures", str(tmp_path / "KNOWN_FAILURES.md")])
     out = capsys.readouterr().out
     assert f"| {verdict} |" in out and code == (0 if verdict == "inside" else 1)
+
+
+def test_rejudge_never_guesses_the_class_of_a_record_without_one(tmp_path, capsys):
+    """A failing record with no class (older than classes, or failed before its body) cannot be held
+    against a signature: it is outside, never taken for one of the entry's classes."""
+    record = make_cell(backend="fa3", status="failed", max_abs_err=0.25, failure_class=None)
+    results = write_results(tmp_path / "results.json", [record])
+    ledger = LEDGER.replace("- class: numeric\n- max_abs_err: 0.2-0.3, margin x1\n", "- class: error\n")
+    (tmp_path / "KNOWN_FAILURES.md").write_text(ledger)
+    code = main(["rejudge", "--results", str(results), "--known-failures", str(tmp_path / "KNOWN_FAILURES.md")])
+    assert code == 1 and "the record carries no failure class" in capsys.readouterr().out
