@@ -37,7 +37,7 @@ from harness.reporting.totals import totals_line
 from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
 from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
 from harness.seed_bugs import ReplayError, apply_requested
-from harness.warmup import plan_warm_up, wait_for_warm_up
+from harness.warmup import compiling_alone, plan_warm_up, wait_for_warm_up
 
 _CONTROLLER: dict = {}  # the controller's config, for hooks that are not handed one
 _WARM_UP_WAITED: list = []  # this process's first cell has waited for the warm-up pass
@@ -117,6 +117,8 @@ def pytest_configure(config):
     config._attn_sanitize = _sanitizer_tools(config.getoption("--sanitize"))
     _check_counts(config)
     config._attn_shard = shard
+    if platform.HAS_GPU and getattr(config.option, "maxschedchunk", False) is None:
+        config.option.maxschedchunk = 1  # see _compiling_alone_first
     config._attn_cells = [c for c in expand_cells(cases) if in_shard(c, shard)]
     config._attn_cell_args = cell_defining_args(config.getoption)
     config._attn_started = time.time()
@@ -156,7 +158,7 @@ def pytest_collection_finish(session):
 
 
 def pytest_runtest_setup(item):
-    if not _WARM_UP_WAITED:
+    if not _WARM_UP_WAITED and _cell_id(item) not in getattr(item.config, "_attn_compiling_alone", ()):
         wait_for_warm_up(run_dir())
         _WARM_UP_WAITED.append(True)
 
@@ -174,7 +176,25 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("cell", cells, ids=[c.cell_id for c in cells])
 
 
+def _cell_id(item) -> str | None:
+    cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+    return None if cell is None else cell.cell_id
+
+
+def _compiling_alone_first(config, items) -> None:
+    """On a GPU, the cells that compile a kernel configuration of their own run first, one cell at a
+    time per worker (xdist's --maxschedchunk 1, unless the user set it), so those long first calls
+    spread over the workers while the warm-up pass runs, instead of landing in one worker's
+    consecutive chunk or at the run's end. The order is computed from data alone, so every worker
+    collects the same order (xdist requires it)."""
+    alone = compiling_alone([cell for cell in config._attn_cells if keyword_selected(cell, config.option.keyword)])
+    config._attn_compiling_alone = alone
+    items.sort(key=lambda item: _cell_id(item) not in alone)  # stable: the rest keep the matrix order
+
+
 def pytest_collection_modifyitems(config, items):
+    if platform.HAS_GPU and hasattr(config, "_attn_cells"):
+        _compiling_alone_first(config, items)
     for item in items:
         cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
         if cell is None:

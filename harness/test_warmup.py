@@ -1,13 +1,15 @@
 """The warm-up pass's plan: one cell per kernel configuration, nothing the kept cache already holds,
-and workers that wait only while a pass runs (harness/warmup.py)."""
+workers that wait only while a pass runs, and the cells that compile alone first and without
+waiting (harness/warmup.py, harness/pytest_plugin.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
+from types import SimpleNamespace
 
-from harness import warmup
+from harness import pytest_plugin, warmup
 from harness.cases import load_all_cases
 from harness.cell_matrix import expand_cells
 
@@ -49,3 +51,42 @@ def test_a_worker_waits_only_while_a_pass_runs(tmp_path):
     threading.Timer(0.5, lambda: (tmp_path / warmup.DONE_FILE).write_text("0.5\n")).start()
     warmup.wait_for_warm_up(tmp_path)
     assert time.monotonic() - started >= 0.5
+
+
+def _item(cell, config=None):
+    """What the plugin's hooks read of a pytest item."""
+    return SimpleNamespace(callspec=SimpleNamespace(params={"cell": cell}), config=config)
+
+
+def test_cells_compiling_alone_run_first_in_every_worker_and_the_rest_keep_the_matrix_order():
+    cells = expand_cells(load_all_cases())
+    alone = warmup.compiling_alone(cells)
+    runnable = Counter(warmup.kernel_configuration(cell) for cell in cells if warmup.skip_reason(cell) is None)
+    assert alone == {cell.cell_id for cell in cells if warmup.skip_reason(cell) is None
+                     and runnable[warmup.kernel_configuration(cell)] == 1}
+    assert len(alone) == warmup.representatives(cells)[1] > 0
+    config = SimpleNamespace(_attn_cells=cells, option=SimpleNamespace(keyword=""))
+    items = [_item(cell) for cell in cells] + [SimpleNamespace(name="test_not_a_cell")]
+    ordered = list(items)
+    pytest_plugin._compiling_alone_first(config, ordered)
+    assert config._attn_compiling_alone == alone
+    head = [item.callspec.params["cell"].cell_id for item in ordered[:len(alone)]]
+    assert set(head) == alone
+    assert ordered[len(alone):] == [item for item in items if pytest_plugin._cell_id(item) not in alone]
+
+
+def test_a_cell_compiling_alone_does_not_wait_for_the_pass_and_a_shared_one_does(tmp_path, monkeypatch):
+    cells = expand_cells(load_all_cases())
+    alone = warmup.compiling_alone(cells)
+    config = SimpleNamespace(_attn_compiling_alone=alone)
+    lone = next(cell for cell in cells if cell.cell_id in alone)
+    shared = next(cell for cell in cells if warmup.skip_reason(cell) is None and cell.cell_id not in alone)
+    monkeypatch.setattr(pytest_plugin, "run_dir", lambda: tmp_path)
+    monkeypatch.setattr(pytest_plugin, "_WARM_UP_WAITED", [])
+    (tmp_path / warmup.STARTED_FILE).write_text("1\n")  # a pass that is running
+    started = time.monotonic()
+    pytest_plugin.pytest_runtest_setup(_item(lone, config))
+    assert time.monotonic() - started < 0.1 and not pytest_plugin._WARM_UP_WAITED
+    threading.Timer(0.5, lambda: (tmp_path / warmup.DONE_FILE).write_text("0.5\n")).start()
+    pytest_plugin.pytest_runtest_setup(_item(shared, config))
+    assert time.monotonic() - started >= 0.5 and pytest_plugin._WARM_UP_WAITED

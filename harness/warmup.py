@@ -6,7 +6,8 @@ worker compiles the same kernels at the same moment on a cold cache, and each ce
 new configuration carries its compile in its own time. So the controller runs one cell per
 distinct kernel configuration of the selection, several at once, each in a process of its own (a
 crash there is the cell's to report later, not the warm-up's), while the workers start and import
-sglang; a worker's first cell waits until the pass is done. Outcomes are thrown away: the pass
+sglang; a worker's first cell of a shared configuration waits until the pass is done (a cell whose
+configuration is its own compiles it itself and need not wait). Outcomes are thrown away: the pass
 only fills the caches. Configurations compiled into a kept cache (the ledger beside the caches)
 are not run again, so a warm run, or a run on a machine given a carried cache, has nothing to
 warm. The pass is recorded as its own phase (run.json ``warm_up``). Without a GPU, Triton's
@@ -66,13 +67,8 @@ def _compiled() -> set[str]:
         return set()
 
 
-def representatives(cells: list[Cell]) -> tuple[list[Cell], int]:
-    """The first runnable cell of each kernel configuration that two or more cells share, in matrix
-    order, and how many configurations one cell alone meets.
-
-    Warming a configuration means running one of its cells; for a configuration of one cell that
-    runs the cell twice, compile included, while no other worker would compile it alongside. So that
-    cell compiles its kernels itself (a generated tier at production shapes is mostly such cells)."""
+def _by_configuration(cells: list[Cell]) -> tuple[dict[tuple, Cell], dict[tuple, int]]:
+    """Each kernel configuration of the runnable cells: its first cell in matrix order, and how many meet it."""
     first: dict[tuple, Cell] = {}
     count: dict[tuple, int] = {}
     for cell in cells:
@@ -80,8 +76,30 @@ def representatives(cells: list[Cell]) -> tuple[list[Cell], int]:
             configuration = kernel_configuration(cell)
             first.setdefault(configuration, cell)
             count[configuration] = count.get(configuration, 0) + 1
+    return first, count
+
+
+def representatives(cells: list[Cell]) -> tuple[list[Cell], int]:
+    """The first runnable cell of each kernel configuration that two or more cells share, in matrix
+    order, and how many configurations one cell alone meets.
+
+    Warming a configuration means running one of its cells; for a configuration of one cell that
+    runs the cell twice, compile included, while no other worker would compile it alongside. So that
+    cell compiles its kernels itself (a generated tier at production shapes is mostly such cells)."""
+    first, count = _by_configuration(cells)
     shared = [cell for configuration, cell in first.items() if count[configuration] > 1]
     return shared, len(first) - len(shared)
+
+
+def compiling_alone(cells: list[Cell]) -> set[str]:
+    """The ids of the runnable cells whose kernel configuration no other cell of ``cells`` meets.
+
+    The warm-up pass leaves them to compile their kernels in their own time (representatives), so on
+    a fresh machine they are a run's longest cells (a FlashInfer window kernel: about 150 s). They
+    need nothing from the pass, so they start at once and first (harness/pytest_plugin.py), rather
+    than wait for it and then hold a worker at the end of the run while the others sit idle."""
+    first, count = _by_configuration(cells)
+    return {cell.cell_id for configuration, cell in first.items() if count[configuration] == 1}
 
 
 def as_drawn(cell: Cell) -> DrawnCase:
