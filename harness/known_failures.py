@@ -130,11 +130,11 @@ class KnownFailure:
         """Every case glob names generated cases: only a run with a generated tier can meet the entry."""
         return all(glob.startswith(GENERATED_CASES) for glob in self.cases)
 
-    def matches(self, cell: Mapping) -> bool:
+    def matches(self, cell: Mapping, release: str | None = None) -> bool:
         """True when the cell (needs cell_id, case, backend, mode, runner, traits) is in this entry's
-        scope on the installed sglang release."""
+        scope on ``release`` (the contracts a run used; default the installed sglang's)."""
         return (
-            self.on_installed_release
+            _any_match(self.releases, release or _installed_release())
             and _any_match(self.backend, cell["backend"])
             and _any_match(self.mode, cell["mode"])
             and _any_match(self.runner, cell["runner"])
@@ -364,9 +364,9 @@ def standing(entries: list[KnownFailure], applied_fix: str | None) -> list[Known
     return [entry for entry in entries if applied_fix is None or entry.fixed_by != applied_fix]
 
 
-def match(entries: Iterable[KnownFailure], cell: Mapping) -> KnownFailure | None:
-    """The first entry (file order) whose scope contains the cell, or None."""
-    return next((entry for entry in entries if entry.matches(cell)), None)
+def match(entries: Iterable[KnownFailure], cell: Mapping, release: str | None = None) -> KnownFailure | None:
+    """The first entry (file order) whose scope contains the cell on ``release`` (default: installed), or None."""
+    return next((entry for entry in entries if entry.matches(cell, release)), None)
 
 
 def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping]) -> list[KnownFailure]:

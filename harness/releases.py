@@ -47,6 +47,16 @@ class Installed:
     note: str | None  # one line when the two differ (newer than known, or a source checkout)
 
 
+def contracts_of(version: str) -> str:
+    """The known release whose contracts apply to sglang ``version``: the newest at or below it."""
+    key = version_key(version)
+    if key < version_key(KNOWN_RELEASES[0]):
+        raise UnsupportedVersionError(
+            f"sglang {version} is older than {KNOWN_RELEASES[0]}, the oldest release attn-harness knows "
+            f"({', '.join(KNOWN_RELEASES)}); install one of those")
+    return max((r for r in KNOWN_RELEASES if version_key(r) <= key), key=version_key)
+
+
 @lru_cache(maxsize=1)
 def installed() -> Installed:
     version = installed_version("sglang")
@@ -54,12 +64,7 @@ def installed() -> Installed:
         raise UnsupportedVersionError(
             f"sglang is not installed; `bash .ci/install` installs sglang {NEWEST} into .venv "
             "(see docs/releases.md)")
-    key = version_key(version)
-    if key < version_key(KNOWN_RELEASES[0]):
-        raise UnsupportedVersionError(
-            f"sglang {version} is older than {KNOWN_RELEASES[0]}, the oldest release attn-harness knows "
-            f"({', '.join(KNOWN_RELEASES)}); install one of those")
-    contracts = max((r for r in KNOWN_RELEASES if version_key(r) <= key), key=version_key)
+    key, contracts = version_key(version), contracts_of(version)
     note = None
     if not re.fullmatch(r"[\d.]+(?:\.post\d+)?", version):
         note = (f"sglang {version} is a source checkout or pre-release; running with the contracts of "

@@ -120,7 +120,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
 def cmd_rejudge(args: argparse.Namespace) -> int:
     from harness.cases import CaseFileError, load_all_cases
-    from harness.releases import installed
+    from harness.releases import UnsupportedVersionError, contracts_of, installed
     from harness.reporting.rejudge import ALARMING, rejudge, render
 
     results = load_results(args.results)
@@ -128,11 +128,18 @@ def cmd_rejudge(args: argparse.Namespace) -> int:
         cases = load_all_cases(args.cases_dir)
     except CaseFileError as err:
         raise ReportingError(str(err)) from None
-    ran = {run.get("versions", {}).get("sglang") for run in results["runs"]} - {None}
-    if ran and ran != {installed().version}:
-        print(f"warning: the run used sglang {', '.join(sorted(ran))}; entries are scoped by the installed "
-              f"{installed().version}", file=sys.stderr)
-    judged = rejudge(results["cells"], load_known_failures(args.known_failures), cases)
+    ran = sorted({run.get("versions", {}).get("sglang") for run in results["runs"]} - {None})
+    if len(ran) > 1:
+        raise ReportingError(f"{args.results}: its runs used sglang {', '.join(ran)}; entries are scoped by "
+                             "release, so judge each release's results.json on its own")
+    try:
+        release = contracts_of(ran[0]) if ran else installed().contracts
+    except UnsupportedVersionError as err:
+        raise ReportingError(f"{args.results}: {err}") from None
+    if not ran:
+        print(f"note: {args.results} does not say which sglang ran it; judged with the entries of the "
+              f"installed {installed().version}", file=sys.stderr)
+    judged = rejudge(results["cells"], load_known_failures(args.known_failures), cases, release)
     print(render(judged), end="")
     return 1 if any(j.verdict in ALARMING for j in judged) else 0
 

@@ -7,7 +7,8 @@ the records, not about the GPU that made them, so it is answered here from resul
 keeps the traits of the harness that ran it, so traits are recomputed from today's case files where
 the case is among them (generated cells keep their recorded traits).
 
-Entries are scoped by the installed sglang release, as in a run: judge a run with the release it ran.
+Entries are scoped by sglang release: a run is judged under the release its records say it ran
+(results.json runs[].versions), whichever sglang is installed where it is judged.
 """
 
 from __future__ import annotations
@@ -42,15 +43,17 @@ def _with_traits(cell: Mapping, cases: Mapping[tuple[str, str], Case]) -> Mappin
     return {**cell, "traits": traits_of(case)} if case else cell
 
 
-def rejudge(cells: Iterable[Mapping], entries: list[KnownFailure], cases: Iterable[Case]) -> list[Judgement]:
-    """The verdict today's ledger gives each recorded cell that failed, or passed under an entry."""
+def rejudge(cells: Iterable[Mapping], entries: list[KnownFailure], cases: Iterable[Case],
+            release: str | None = None) -> list[Judgement]:
+    """The verdict today's ledger gives each recorded cell that failed, or passed under an entry, with
+    the entries of ``release`` (contracts; default the installed sglang's)."""
     by_name = {(case.mode, case.spec.name): case for case in cases}
     judged = []
     for record in cells:
         if record["status"] not in EXECUTED:
             continue
         cell_id, status, reason = record["cell_id"], record["status"], record.get("reason") or ""
-        entry = match(entries, _with_traits(record, by_name))
+        entry = match(entries, _with_traits(record, by_name), release)
         if status in PASSING:
             if entry:
                 judged.append(Judgement(cell_id, status, entry.id, COVERED_PASS))

@@ -471,3 +471,24 @@ def test_rejudge_never_guesses_the_class_of_a_record_without_one(tmp_path, capsy
     (tmp_path / "KNOWN_FAILURES.md").write_text(ledger)
     code = main(["rejudge", "--results", str(results), "--known-failures", str(tmp_path / "KNOWN_FAILURES.md")])
     assert code == 1 and "the record carries no failure class" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ran, verdict", [("0.5.17", "inside"), ("0.5.23", "no entry")])
+def test_rejudge_scopes_the_entries_by_the_release_the_run_used_not_the_installed_one(tmp_path, capsys, ran,
+                                                                                      verdict):
+    """A 0.5.17 run judged on a machine with 0.5.23 installed: an entry for 0.5.17 alone still holds its
+    cells, and the same records from a 0.5.23 run are not held by it."""
+    record = make_cell(backend="fa3", status="xfailed", failure_class="numeric", max_abs_err=0.25)
+    run = {**RUN, "versions": {**RUN.get("versions", {}), "sglang": ran}}
+    results = write_results(tmp_path / "results.json", [record], run=run)
+    (tmp_path / "KNOWN_FAILURES.md").write_text(LEDGER + "- releases: 0.5.17\n")
+    code = main(["rejudge", "--results", str(results), "--known-failures", str(tmp_path / "KNOWN_FAILURES.md")])
+    assert f"| {verdict} |" in capsys.readouterr().out and code == (0 if verdict == "inside" else 1)
+
+
+def test_rejudge_refuses_a_results_file_of_two_releases_in_one_line(tmp_path, capsys):
+    runs = [{**RUN, "versions": {"sglang": version}} for version in ("0.5.17", "0.5.23")]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs, "cells": [make_cell()]}))
+    assert main(["rejudge", "--results", str(path)]) != 0
+    assert "its runs used sglang 0.5.17, 0.5.23; entries are scoped by release" in capsys.readouterr().err
