@@ -54,17 +54,21 @@ def phase_split(marks: list[dict], launched: float, wall: float, warm_up: dict) 
     """The run's wall time cut where its last worker finished each phase (xdist schedules cells
     only once every worker has collected); the parts add up to the wall time. The warm-up pass runs
     alongside the workers' start and collection: only what it adds after collection is its own part,
-    ``waiting for warm-up``; its whole length is given beside the parts."""
+    ``waiting for warm-up``; its whole length is given beside the parts. A worker xdist starts in
+    place of one that died (a cell that crashed its process) starts while cells run: its start-up and
+    collection are not the run's, only its cells are."""
     runners = [m for m in marks if m["worker"]] or marks
-    configured = max(m.get("configured", launched) for m in runners) - launched
-    collected = max(m.get("collected", launched) for m in runners) - launched
+    first_cell = min((m["first_cell"] for m in runners if "first_cell" in m), default=None)
+    at_launch = [m for m in runners if first_cell is None or m["started"] < first_cell] or runners
+    configured = max(m.get("configured", launched) for m in at_launch) - launched
+    collected = max(m.get("collected", launched) for m in at_launch) - launched
     cells_end = max(m.get("last_cell", m.get("collected", launched)) for m in runners) - launched
     warmed = max(collected, (warm_up.get("ended_at") or launched) - launched)
     parts = (configured, collected - configured, warmed - collected, cells_end - warmed, wall - cells_end)
     split = {name: round(part, 1) for name, part in zip(PHASES, parts)}
     split[WARM_UP] = warm_up.get("seconds") or 0.0
     split[PER_PROCESS] = round(statistics.median(
-        m["configured"] - m["started"] for m in runners if "configured" in m), 1)
+        m["configured"] - m["started"] for m in at_launch if "configured" in m), 1)
     return split
 
 
