@@ -372,13 +372,15 @@ def match(entries: Iterable[KnownFailure], cell: Mapping, release: str | None = 
 def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping]) -> list[KnownFailure]:
     """Entries that match none of the executed cells: fixed, renamed, or mistyped. An entry for
     other releases than the installed one is not stale here: its bug is not in this release; nor is
-    an entry for generated cases alone in a run without a generated tier: it had nothing to match.
+    an entry for generated cases alone in a run without a generated tier, nor one for hand-made cases
+    in a run of the generated tier alone: it had nothing to match.
 
     Takes the cells rather than their ids because an entry selects on backend, mode and runner,
     which an id does not spell out reliably.
     """
     cells = list(executed_cells)
-    generated_run = any(cell["case"].startswith(GENERATED_CASES) for cell in cells)
+    drawn = [cell["case"].startswith(GENERATED_CASES) for cell in cells]
+    generated_run, hand_run = any(drawn), not all(drawn)
     return [entry for entry in entries
-            if entry.on_installed_release and (generated_run or not entry.selects_generated_only)
+            if entry.on_installed_release and (generated_run if entry.selects_generated_only else hand_run)
             and not any(entry.matches(cell) for cell in cells)]

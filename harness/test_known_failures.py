@@ -197,6 +197,14 @@ def test_an_entry_for_generated_cases_is_judged_only_in_a_run_that_drew_some(tmp
     assert stale([entry], [drawn, cell(cell_id="target_verify-gen0-4-b2-fa4-cuda_graph", case="gen0-4-b2")]) == []
 
 
+def test_an_entry_for_hand_made_cases_is_not_stale_in_a_run_of_the_generated_tier_alone(tmp_path):
+    """`--generated-only` runs no hand-made case, so an entry for hand-made cases had nothing to match."""
+    [entry] = load_known_failures(write(tmp_path, ENTRY))
+    drawn = cell(cell_id="target_verify-gen0-3-b1-triton-eager", case="gen0-3-b1", backend="triton")
+    assert stale([entry], [drawn]) == []
+    assert stale([entry], [drawn, cell(backend="triton")]) == [entry]  # with a hand-made cell it could match
+
+
 def test_the_format_documents_every_failure_class_as_the_registry_says():
     text = REPO_LEDGER.read_text()
     for name, meaning in FAILURE_CLASSES.items():
