@@ -134,7 +134,7 @@ class KnownFailure:
         """True when the cell (needs cell_id, case, backend, mode, runner, traits) is in this entry's
         scope on ``release`` (the contracts a run used; default the installed sglang's)."""
         return (
-            _any_match(self.releases, release or _installed_release())
+            self.in_release(release)
             and _any_match(self.backend, cell["backend"])
             and _any_match(self.mode, cell["mode"])
             and _any_match(self.runner, cell["runner"])
@@ -142,9 +142,9 @@ class KnownFailure:
             and set(self.traits) <= set(cell.get("traits") or ())
         )
 
-    @property
-    def on_installed_release(self) -> bool:
-        return _any_match(self.releases, _installed_release())
+    def in_release(self, release: str | None = None) -> bool:
+        """Whether the bug is in ``release`` (contracts; default the installed sglang's)."""
+        return _any_match(self.releases, release or _installed_release())
 
     @property
     def xfail_reason(self) -> str:
@@ -369,9 +369,11 @@ def match(entries: Iterable[KnownFailure], cell: Mapping, release: str | None = 
     return next((entry for entry in entries if entry.matches(cell, release)), None)
 
 
-def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping]) -> list[KnownFailure]:
+def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping],
+          release: str | None = None) -> list[KnownFailure]:
     """Entries that match none of the executed cells: fixed, renamed, or mistyped. An entry for
-    other releases than the installed one is not stale here: its bug is not in this release; nor is
+    other releases than the run's (``release``, default the installed one) is not stale here: its bug
+    is not in this release; nor is
     an entry for generated cases alone in a run without a generated tier, nor one for hand-made cases
     in a run of the generated tier alone: it had nothing to match.
 
@@ -382,5 +384,5 @@ def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping]) ->
     drawn = [cell["case"].startswith(GENERATED_CASES) for cell in cells]
     generated_run, hand_run = any(drawn), not all(drawn)
     return [entry for entry in entries
-            if entry.on_installed_release and (generated_run if entry.selects_generated_only else hand_run)
-            and not any(entry.matches(cell) for cell in cells)]
+            if entry.in_release(release) and (generated_run if entry.selects_generated_only else hand_run)
+            and not any(entry.matches(cell, release) for cell in cells)]

@@ -292,3 +292,15 @@ def test_the_summary_names_entries_the_generated_tier_passed_over_not_stale(tmp_
     assert not any(line.startswith("- KF-any-triton") for line in drawn)
     assert "Not stale: the generated tier passed over draws they cover (known to fail, not run): KF-any-triton (3)." in drawn
     assert drawn[-1] == "None."
+
+
+@pytest.mark.parametrize("ran, listed", [("0.5.17", True), ("0.5.23", False)])
+def test_the_summary_judges_staleness_in_the_release_the_run_used_whatever_is_installed(tmp_path, ran, listed):
+    """An entry for 0.5.17 alone that matched nothing in a 0.5.17 run is stale there, even when the
+    summary is written where 0.5.23 is installed; in a 0.5.23 run it is out of scope, not stale."""
+    from harness.reporting.summary import stale_section
+
+    entries = load_known_failures(write(tmp_path, SECOND.replace("- class:", "- releases: 0.5.17\n- class:")))
+    executed = [{**cell(), "status": "passed"}]
+    lines = stale_section(executed, entries, [{"run_id": "r", "versions": {"sglang": ran}}])
+    assert any(line.startswith("- KF-any-triton") for line in lines) == listed

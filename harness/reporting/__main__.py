@@ -120,23 +120,17 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
 def cmd_rejudge(args: argparse.Namespace) -> int:
     from harness.cases import CaseFileError, load_all_cases
-    from harness.releases import UnsupportedVersionError, contracts_of, installed
+    from harness.releases import installed
     from harness.reporting.rejudge import ALARMING, rejudge, render
+    from harness.reporting.runs import contracts_ran
 
     results = load_results(args.results)
     try:
         cases = load_all_cases(args.cases_dir)
     except CaseFileError as err:
         raise ReportingError(str(err)) from None
-    ran = sorted({run.get("versions", {}).get("sglang") for run in results["runs"]} - {None})
-    if len(ran) > 1:
-        raise ReportingError(f"{args.results}: its runs used sglang {', '.join(ran)}; entries are scoped by "
-                             "release, so judge each release's results.json on its own")
-    try:
-        release = contracts_of(ran[0]) if ran else installed().contracts
-    except UnsupportedVersionError as err:
-        raise ReportingError(f"{args.results}: {err}") from None
-    if not ran:
+    release = contracts_ran(results["runs"], str(args.results))
+    if release is None:
         print(f"note: {args.results} does not say which sglang ran it; judged with the entries of the "
               f"installed {installed().version}", file=sys.stderr)
     judged = rejudge(results["cells"], load_known_failures(args.known_failures), cases, release)

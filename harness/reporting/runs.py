@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from harness.releases import UnsupportedVersionError, contracts_of
+from harness.reporting.cell_schema import ReportingError
+
 
 def _distinct(values: Iterable) -> list[str]:
     """Non-null values as strings, first-seen order, each once."""
@@ -63,3 +66,17 @@ class RunFacts:
             f"{self.date} · {self.device} · driver {self.driver} · {self.versions} · "
             f"shard {self.shards} · workers {self.workers} · wall {self.wall}"
         )
+
+
+def contracts_ran(runs: Sequence[Mapping], source: str) -> str | None:
+    """The release whose contracts the runs used (and whose KNOWN_FAILURES entries apply to them),
+    from the sglang version their records name; None when none names one. Entries are scoped by
+    release, so a results file of two releases cannot be judged as one."""
+    ran = _distinct((run.get("versions") or {}).get("sglang") for run in runs)
+    if len(ran) > 1:
+        raise ReportingError(f"{source}: its runs used sglang {', '.join(sorted(ran))}; entries are scoped by "
+                             "release, so judge each release's results.json on its own")
+    try:
+        return contracts_of(ran[0]) if ran else None
+    except UnsupportedVersionError as err:
+        raise ReportingError(f"{source}: {err}") from None

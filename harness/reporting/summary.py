@@ -15,7 +15,7 @@ from harness.known_failures import KnownFailure, stale
 from harness.reporting.cell_schema import EXECUTED, STATUSES, UNEXPECTED, diagnosis_lines, outcome_message
 from harness.reporting.markdown import markdown_table, md_cell
 from harness.reporting.matrix import build_matrix, column_label, format_err, square_notes
-from harness.reporting.runs import RunFacts
+from harness.reporting.runs import RunFacts, contracts_ran
 from harness.reporting.verdicts import glance
 
 
@@ -105,13 +105,15 @@ def _skips_section(cells: Sequence[Mapping]) -> list[str]:
 
 def stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailure],
                   runs: Sequence[Mapping] = ()) -> list[str]:
-    """Entries that matched no executed cell; those the generated tier passed draws over for
-    (run.json ``generated.passed_over``) are named apart: their cells were drawn and known, not run."""
+    """Entries that matched no executed cell, among those of the release the runs used; those the
+    generated tier passed draws over for (run.json ``generated.passed_over``) are named apart: their
+    cells were drawn and known, not run."""
+    release = contracts_ran(runs, "results.json")
     passed_over = Counter()
     for run in runs:
         passed_over.update((run.get("generated") or {}).get("passed_over") or {})
     lines = ["## Stale KNOWN_FAILURES entries", ""]
-    entries = [entry for entry in stale(known_failures, [cell for cell in cells if cell["status"] in EXECUTED])
+    entries = [entry for entry in stale(known_failures, [cell for cell in cells if cell["status"] in EXECUTED], release)
                if entry.id not in passed_over]
     if passed_over:
         lines += ["Not stale: the generated tier passed over draws they cover (known to fail, not run): "
@@ -119,7 +121,7 @@ def stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailur
     if not entries:
         return lines + ["None."]
     for entry in entries:
-        skipped = sum(entry.matches(cell) for cell in cells)
+        skipped = sum(entry.matches(cell, release) for cell in cells)
         why = (
             f"its {skipped} matching cells were all skipped in this run"
             if skipped
