@@ -373,9 +373,8 @@ def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping],
           release: str | None = None) -> list[KnownFailure]:
     """Entries that match none of the executed cells: fixed, renamed, or mistyped. An entry for
     other releases than the run's (``release``, default the installed one) is not stale here: its bug
-    is not in this release; nor is
-    an entry for generated cases alone in a run without a generated tier, nor one for hand-made cases
-    in a run of the generated tier alone: it had nothing to match.
+    is not in this release; nor is an entry for generated cases alone in a run without a generated
+    tier, nor one for hand-made cases in a run of the generated tier alone: it had nothing to match.
 
     Takes the cells rather than their ids because an entry selects on backend, mode and runner,
     which an id does not spell out reliably.

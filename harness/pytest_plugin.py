@@ -185,8 +185,9 @@ def _compiling_alone_first(config, items) -> None:
     """On a GPU, the cells that compile a kernel configuration of their own run first, one cell at a
     time per worker (xdist's --maxschedchunk 1, unless the user set it), so those long first calls
     spread over the workers while the warm-up pass runs, instead of landing in one worker's
-    consecutive chunk or at the run's end. The order is computed from data alone, so every worker
-    collects the same order (xdist requires it)."""
+    consecutive chunk or at the run's end. xdist still keeps two cells queued on each worker, so two
+    long ones can meet in one queue (measured on the H200: docs/speed.md). The order is computed from
+    data alone, so every worker collects the same order (xdist requires it)."""
     alone = compiling_alone([cell for cell in config._attn_cells if keyword_selected(cell, config.option.keyword)])
     config._attn_compiling_alone = alone
     items.sort(key=lambda item: _cell_id(item) not in alone)  # stable: the rest keep the matrix order
