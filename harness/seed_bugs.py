@@ -112,8 +112,10 @@ class SourcePatch:
 
 
 def _function_lines(tree: ast.Module, owner: str, function: str) -> tuple[int, int] | None:
-    """(first line incl. decorators, last line), 1-based, of ``owner.function`` in a parsed module."""
-    scope = tree.body
+    """(first line incl. decorators, last line), 1-based, of ``owner.function`` in a parsed module. A
+    module-level function may sit under a top-level ``if`` (sglang defines its FlashInfer helpers only
+    when FlashInfer is importable)."""
+    scope = [*tree.body, *(child for node in tree.body if isinstance(node, ast.If) for child in node.body + node.orelse)]
     if owner:
         scope = next((node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == owner), [])
     node = next((node for node in scope if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -398,6 +400,20 @@ FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT = (
 )
 
 
+# reports/gpu/findings/flashinfer-merge-state-lse-base: forward_extend merges its ragged and paged parts
+# with FlashInfer's merge_state, or, above 8192 / head_dim heads (its launch limit), with sglang's
+# merge_state_triton. FlashInfer's LSEs are base 2 and the Triton kernel works in natural logs, so the
+# fallback weighs the parts wrongly wherever both hold keys. Convert around the fallback.
+FLASHINFER_MERGE_STATE_LSE_BASE = (
+    SourcePatch(_FI, "", "_safe_merge_state", ((
+        "return merge_state_triton(v_a, s_a, v_b, s_b)",
+        "# FlashInfer's LSEs are base 2; merge_state_triton works in natural logs.\n"
+        "ln2 = 0.6931471805599453  # math.log(2)\n"
+        "v, s = merge_state_triton(v_a, s_a * ln2, v_b, s_b * ln2)\n"
+        "return v, s / ln2"),)),
+)
+
+
 # reports/gpu/findings/flashinfer-graph-workspace: the CUDA-graph verify and draft-extend wrappers plan
 # split-kv in the shared float workspace (SGLANG_FLASHINFER_WORKSPACE_SIZE, 384 MiB), which nothing
 # sizes by heads, head_dim or the captured batch; wide models outgrow it at capture. sglang already
@@ -498,6 +514,11 @@ PATCHES = {patch.patch_id: patch for patch in (
           "decode row at the context wall stays inside it", _apply_all(FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT),
           "past-context and frozen_kv_mtp_draft and flashinfer", kind=FIX,
           source=FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT),
+    Patch("flashinfer-merge-state-lse-base", "reports/gpu/findings/flashinfer-merge-state-lse-base",
+          "FlashInfer's base-2 LSEs are converted to natural logs around sglang's Triton merge, the fallback "
+          "for more query heads than FlashInfer's merge kernel launches", _apply_all(FLASHINFER_MERGE_STATE_LSE_BASE),
+          "merge-state-b1k1s4p64d256h64x8 and flashinfer", kind=FIX,
+          source=FLASHINFER_MERGE_STATE_LSE_BASE),
     Patch("flashinfer-graph-workspace", "reports/gpu/findings/flashinfer-graph-workspace",
           "FlashInfer sizes the float workspace of its CUDA-graph verify and draft-extend wrappers by the "
           "split-kv plan of the largest captured batch, not the fixed shared workspace",
