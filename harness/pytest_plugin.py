@@ -137,8 +137,7 @@ def pytest_collection(session):
     if (hasattr(config, "workerinput") or not platform.HAS_GPU or config.option.collectonly
             or config.getoption("--no-warm-up") or not hasattr(config, "_attn_cells")):
         return None
-    cells = [cell for cell in config._attn_cells if keyword_selected(cell, config.option.keyword)]
-    plan = plan_warm_up(cells, getattr(config.option, "numprocesses", None) or 1, run_dir())
+    plan = plan_warm_up(_selected_cells(config), getattr(config.option, "numprocesses", None) or 1, run_dir())
     config._attn_warm_up = plan
     if plan.to_compile:
         config._attn_warm_up_thread = plan.start(patch_args(config.getoption))
@@ -176,9 +175,19 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("cell", cells, ids=[c.cell_id for c in cells])
 
 
+def _item_cell(item):
+    """The cell a test item runs, or None for a test that is not a cell."""
+    return getattr(item, "callspec", None) and item.callspec.params.get("cell")
+
+
 def _cell_id(item) -> str | None:
-    cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+    cell = _item_cell(item)
     return None if cell is None else cell.cell_id
+
+
+def _selected_cells(config) -> list:
+    """The run's cells that the -k expression keeps (xdist's controller never collects items to ask)."""
+    return [cell for cell in config._attn_cells if keyword_selected(cell, config.option.keyword)]
 
 
 def _compiling_alone_first(config, items) -> None:
@@ -188,7 +197,7 @@ def _compiling_alone_first(config, items) -> None:
     consecutive chunk or at the run's end. xdist still keeps two cells queued on each worker, so two
     long ones can meet in one queue (measured on the H200: docs/speed.md). The order is computed from
     data alone, so every worker collects the same order (xdist requires it)."""
-    alone = compiling_alone([cell for cell in config._attn_cells if keyword_selected(cell, config.option.keyword)])
+    alone = compiling_alone(_selected_cells(config))
     config._attn_compiling_alone = alone
     items.sort(key=lambda item: _cell_id(item) not in alone)  # stable: the rest keep the matrix order
 
@@ -197,7 +206,7 @@ def pytest_collection_modifyitems(config, items):
     if platform.HAS_GPU and hasattr(config, "_attn_cells"):
         _compiling_alone_first(config, items)
     for item in items:
-        cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+        cell = _item_cell(item)
         if cell is None:
             continue
         reason = skip_reason(cell)
@@ -287,7 +296,7 @@ def _reason(report) -> str | None:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+    cell = _item_cell(item)
     if cell is None or not (report.when == "call" or (report.when == "setup" and not report.passed)):
         return
     props = dict(item.user_properties)
@@ -310,7 +319,7 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+    cell = _item_cell(item)
     if cell is None:
         yield
         return
