@@ -115,9 +115,11 @@ def _function_lines(tree: ast.Module, owner: str, function: str) -> tuple[int, i
     """(first line incl. decorators, last line), 1-based, of ``owner.function`` in a parsed module. A
     module-level function may sit under a top-level ``if`` (sglang defines its FlashInfer helpers only
     when FlashInfer is importable)."""
-    scope = [*tree.body, *(child for node in tree.body if isinstance(node, ast.If) for child in node.body + node.orelse)]
     if owner:
         scope = next((node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == owner), [])
+    else:
+        scope = [*tree.body, *(child for node in tree.body if isinstance(node, ast.If)
+                               for child in node.body + node.orelse)]
     node = next((node for node in scope if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and node.name == function), None)
     if node is None:
