@@ -290,6 +290,7 @@ def test_install_waits_for_every_stage_then_installs_and_verifies(tmp_path, monk
     (boot.parent / parts[1].file).write_bytes(second)
     text = install(boot.parent, target, tmp_path / "work", force=False)
     assert (target / "tinypkg" / "__init__.py").read_bytes() == b"X = 1\n"
+    assert list((target / "tinypkg" / "__pycache__").glob("__init__.*.pyc")), "install compiles the bytecode"
     env_file = (target / sitepaths.ENV_FILE).read_text()
     assert f"export LD_LIBRARY_PATH={target}/nvidia/tinylib/lib$" in env_file
     assert "already installed" in install(boot.parent, target, tmp_path / "work", force=False)
