@@ -7,6 +7,7 @@ its CPU interpreter has to happen first (``harness/__init__.py`` imports us).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import shutil
@@ -76,8 +77,10 @@ def installed_version(dist: str) -> str | None:
         return None
 
 
+@functools.cache
 def versions() -> dict[str, str | None]:
-    """Versions recorded with every run, so a result can be traced to its stack."""
+    """Versions recorded with every run, so a result can be traced to its stack (read once per
+    process: the warm-up ledger keys every configuration with them)."""
     import platform as _platform
 
     names = {
@@ -94,19 +97,28 @@ def versions() -> dict[str, str | None]:
     return found
 
 
+def _first_visible_gpu() -> tuple[str, str] | None:
+    """(name, driver) of the GPU torch would call device 0, from nvidia-smi: no CUDA context in
+    this process (the controller never needs one), None where nvidia-smi cannot say."""
+    import subprocess
+
+    try:
+        listing = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus = [[field.strip() for field in line.split(",")] for line in listing.splitlines() if line.count(",") == 3]
+    first = visible_gpus()[:1] if os.environ.get("CUDA_VISIBLE_DEVICES") else [gpu[0] for gpu in gpus[:1]]
+    return next(((name, driver) for index, uuid, name, driver in gpus if first and first[0] in (index, uuid)), None)
+
+
+@functools.cache
 def device_description() -> dict[str, str | None]:
     if not HAS_GPU:
         return {"device": "cpu (TRITON_INTERPRET=1)", "driver": None}
-    import torch
+    found = _first_visible_gpu()
+    if found is None:  # MIG slices, or no nvidia-smi: ask CUDA
+        import torch
 
-    driver = None
-    try:
-        import subprocess
-
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        ).stdout.strip().splitlines()[0]
-    except Exception:  # noqa: BLE001 - the driver string is informative only
-        driver = None
-    return {"device": torch.cuda.get_device_name(), "driver": driver}
+        return {"device": torch.cuda.get_device_name(), "driver": None}
+    return {"device": found[0], "driver": found[1]}
