@@ -49,14 +49,20 @@ def gpu_count() -> int:
 GPU_GIB_PER_WORKER = 8
 
 
-def gpu_memory_gib() -> list[int]:
-    """Memory of each visible GPU, from nvidia-smi (no CUDA context in this process)."""
+def _query_gpus(*fields: str) -> list[list[str]]:
+    """The fields asked for, one row per GPU nvidia-smi lists (no CUDA context in this process)."""
     import subprocess
 
-    listing = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True).stdout.split()
-    visible = visible_gpus()
-    return [int(listing[int(gpu)]) // 1024 for gpu in visible if gpu.isdigit() and int(gpu) < len(listing)]
+    listing = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+    return [[field.strip() for field in line.split(",")] for line in listing.splitlines()
+            if line.count(",") == len(fields) - 1]
+
+
+def gpu_memory_gib() -> list[int]:
+    """Memory of each visible GPU, from nvidia-smi (no CUDA context in this process)."""
+    memory = [int(total) // 1024 for (total,) in _query_gpus("memory.total")]
+    return [memory[int(gpu)] for gpu in visible_gpus() if gpu.isdigit() and int(gpu) < len(memory)]
 
 
 def default_workers() -> int:
@@ -103,13 +109,11 @@ def _first_visible_gpu() -> tuple[str, str] | None:
     import subprocess
 
     try:
-        listing = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20).stdout
+        gpus = _query_gpus("index", "uuid", "name", "driver_version")
     except (OSError, subprocess.SubprocessError):
         return None
-    gpus = [[field.strip() for field in line.split(",")] for line in listing.splitlines() if line.count(",") == 3]
-    first = visible_gpus()[:1] if os.environ.get("CUDA_VISIBLE_DEVICES") else [gpu[0] for gpu in gpus[:1]]
-    return next(((name, driver) for index, uuid, name, driver in gpus if first and first[0] in (index, uuid)), None)
+    first = visible_gpus()[0] if os.environ.get("CUDA_VISIBLE_DEVICES") else next((index for index, *_ in gpus), None)
+    return next(((name, driver) for index, uuid, name, driver in gpus if first in (index, uuid)), None)
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""The GPU the controller describes, read from nvidia-smi without a CUDA context (harness/platform.py)."""
+"""What nvidia-smi says of the visible GPUs, read without a CUDA context (harness/platform.py)."""
 
 from __future__ import annotations
 
@@ -32,3 +32,10 @@ def test_no_nvidia_smi_means_no_answer(monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", missing)
     assert platform._first_visible_gpu() is None
+
+
+def test_gpu_memory_of_the_visible_gpus(monkeypatch):
+    listing = "143771\n81559\n"  # MiB, as nvidia-smi lists memory.total without units
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=listing))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0,5")
+    assert platform.gpu_memory_gib() == [79, 140]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from harness.results import MANIFEST
+from harness.test_accounting import DRILL_CASES
 
-DRILL_CASES = "harness/testdata/drill_cases"
 AT_EXIT_PLUGIN = '''
 import atexit, os, pathlib
 
