@@ -132,11 +132,8 @@ def _bf16_under_interpreter(entry: BackendEntry, spec: "CaseSpec") -> str | None
 
 
 def _below_min_capability(entry: BackendEntry, spec: "CaseSpec") -> str | None:
-    if entry.min_capability and platform.HAS_GPU:
-        import torch
-
-        if torch.cuda.get_device_capability() < entry.min_capability:
-            return f"{entry.name} needs compute capability >= {entry.min_capability}"
+    if entry.min_capability and platform.HAS_GPU and platform.compute_capability() < entry.min_capability:
+        return f"{entry.name} needs compute capability >= {entry.min_capability}"
     return None
 
 

@@ -12,7 +12,10 @@ smaller one's list, and the shrinker replays one pass to find a draw again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import multiprocessing
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -35,10 +38,6 @@ PASS_SEED_BITS = 20  # pass p of seed s runs hypothesis with seed (s << 20) | p
 PASS_SETTINGS = dict(max_examples=DRAWS_PER_PASS, database=None, deadline=None, derandomize=False,
                      suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                      verbosity=Verbosity.quiet)
-
-
-class _Enough(Exception):
-    """Stops a generation pass once the budget is drawn."""
 
 
 @contextlib.contextmanager
@@ -97,8 +96,37 @@ def _known_to_fail(drawn: DrawnCase, name: str, known: Sequence):
                 None)
 
 
+def _one_pass(profile: DrawProfile, seed: int, number: int) -> list[DrawnCase]:
+    found: list[DrawnCase] = []
+    run_pass(profile, seed, number, found.append)
+    return found
+
+
+def seed_passes(profile: DrawProfile, seed: int, processes: int = 1) -> Iterator[tuple[int, list[DrawnCase]]]:
+    """The seed's passes in order, each as (pass number, its draws), for as long as the caller reads.
+
+    Each pass draws from its own seed alone, so a pass gives the same draws wherever it runs:
+    with ``processes`` > 1 the passes are drawn that many at a time in forked copies of this
+    process, ahead of the reader, which is what makes a GPU host's hundreds of draws take seconds,
+    not the half minute one core spends redrawing rejected sizes. Forked, not spawned: a copy
+    starts with sglang's capture sizes and every strategy built. Once the reader stops, the
+    copies still drawing are terminated, not waited for.
+    """
+    numbers = range(1 << PASS_SEED_BITS)
+    if processes <= 1:
+        yield from ((number, _one_pass(profile, seed, number)) for number in numbers)
+        return
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        yield from zip(numbers, pool.imap(functools.partial(_one_pass, profile, seed), numbers))
+
+
+def draw_processes() -> int:
+    """Processes for a run's draws: every core (the workers have not started yet)."""
+    return os.cpu_count() or 1
+
+
 def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence | None = None,
-                   passed_over: Counter | None = None) -> list[Draw]:
+                   passed_over: Counter | None = None, processes: int = 1) -> list[Draw]:
     """The seed's first ``count`` distinct draws (hypothesis may draw a case twice).
 
     A draw a ``known`` failure (KNOWN_FAILURES.md entries; None: the repository's ledger, as a run
@@ -107,6 +135,7 @@ def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence 
     removes the entry, and the tier draws there again). Entries select generated cells by name, e.g.
     `draft_decode-gen*w[0-9]*` for every drawn draft decode with a model window, or by a case trait.
     ``passed_over`` counts those draws by entry id, so the run can say so (such an entry is not stale).
+    ``processes``: how many passes are drawn at once (seed_passes); the draws are the same for any.
     """
     if known is None:
         from harness.known_failures import KNOWN_FAILURES_FILE, load_known_failures
@@ -114,30 +143,27 @@ def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence 
         known = load_known_failures(KNOWN_FAILURES_FILE)
     kept: dict[tuple, Draw] = {}
     covered: set[tuple] = set()  # draws a known failure covers, each counted once
-    number = 0
     # sglang's capture sizes are asked before drawing: importing sglang seeds `random`, which
     # hypothesis refuses inside a strategy.
     decode_capture_sizes(DEFAULT_DECODE_MAX_BS)
-
-    def keep(drawn: DrawnCase) -> None:
-        name = generated_name(seed, len(kept), spec_from_fields(drawn.fields))
-        if drawn.key not in kept and drawn.key not in covered:
+    if count <= 0:
+        return []
+    passes = seed_passes(profile, seed, processes)
+    for number, drawn_in_pass in passes:
+        for drawn in drawn_in_pass:
+            name = generated_name(seed, len(kept), spec_from_fields(drawn.fields))
+            if drawn.key in kept or drawn.key in covered:
+                continue
             entry = known and _known_to_fail(drawn, name, known)
             if not entry:
                 kept[drawn.key] = Draw(drawn, number)
+                if len(kept) >= count:
+                    passes.close()
+                    return list(kept.values())
             else:
                 covered.add(drawn.key)
                 if passed_over is not None:
                     passed_over[entry.id] += 1
-        if len(kept) >= count:
-            raise _Enough
-
-    try:
-        while len(kept) < count and number < 1 << PASS_SEED_BITS:
-            run_pass(profile, seed, number, keep)
-            number += 1
-    except _Enough:
-        pass
     return list(kept.values())
 
 

@@ -25,8 +25,9 @@ from harness import platform
 from harness.cases import fields_of
 from harness.cell_matrix import case_file_rerun, expand_cells, in_shard, patch_args, repo_path
 from harness.draw_caps import PROFILES
-from harness.generated import Generated, distinct_draws, draws_as_json, draws_from_json, tier_of
+from harness.generated import Generated, distinct_draws, draw_processes, draws_as_json, draws_from_json, tier_of
 from harness.results import run_dir, write_notes
+from harness.run_cell import import_sglang
 from harness.shrink import CellExecutor, Shrunk, shrink, write_case
 
 OUTCOMES = ("passed", "failed", "crashed", "skipped", "xfailed", "xpassed")
@@ -156,7 +157,8 @@ class GeneratedRun:
             terminalreporter.write_line(f"not shrunk: {reason}", yellow=True)
 
 
-DRAWS_INPUT = "attn_generated_draws"  # in an xdist worker's workerinput: the controller's draws, as text
+DRAWS_FILE = "generated-draws.json"  # in the run folder: the controller's draws, which its workers read
+DRAWS_WAIT_S = 0.05  # how often a worker looks for them
 
 
 def _requested(config) -> bool:
@@ -169,33 +171,43 @@ def _profile(config) -> str:
 
 def _draws(config) -> tuple[str, float]:
     """The run's draws as text and the seconds they took: drawn once, by the controller (or a run
-    without workers); an xdist worker reads the controller's (``DRAWS_INPUT``) and draws nothing.
-    The controller uses the text too, so both sides build their cells from the same values."""
+    without workers), and written to the run folder (DRAWS_FILE); an xdist worker waits for that
+    file and draws nothing. The controller draws after pytest-xdist has started its workers, so the
+    draws take place while the workers import sglang, not before they start. The controller uses
+    the text too, so both sides build their cells from the same values."""
     if hasattr(config, "workerinput"):
-        return config.workerinput[DRAWS_INPUT], 0.0
+        if platform.HAS_GPU:  # its cells will need sglang (harness/pytest_plugin.py): imported while the controller draws
+            import_sglang()
+        return _wait_for(run_dir() / DRAWS_FILE), 0.0
     if not hasattr(config, "_attn_draws"):
         started = time.time()
         config._attn_passed_over = Counter()
         draws = distinct_draws(PROFILES[_profile(config)], config.getoption("--generated-seed"),
                                config.getoption("--generated"), known=config._attn_known,
-                               passed_over=config._attn_passed_over)
-        config._attn_draws = (draws_as_json(draws), time.time() - started)
+                               passed_over=config._attn_passed_over, processes=draw_processes())
+        text = draws_as_json(draws)
+        written = run_dir() / f".{DRAWS_FILE}.partial"
+        written.write_text(text)
+        written.replace(run_dir() / DRAWS_FILE)  # whole or absent: a worker never reads half of it
+        config._attn_draws = (text, time.time() - started)
     return config._attn_draws
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    """pytest-xdist starts a worker: hand it the draws (drawn here first if need be)."""
-    if _requested(node.config):
-        node.workerinput[DRAWS_INPUT] = _draws(node.config)[0]
+def _wait_for(path) -> str:
+    """The text of a file another process writes whole (the controller's draws); a controller that
+    fails before writing it ends the session, and pytest-xdist stops the waiting workers with it."""
+    while not path.exists():
+        time.sleep(DRAWS_WAIT_S)
+    return path.read_text()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
     """Add the drawn cells to the collected ones; after hypothesis's plugin has finished initialising.
 
-    (harness/pytest_plugin.py collected the hand-made cells in pytest_configure; with workers, the
-    draws were made as pytest-xdist started them, pytest_configure_node.)
+    (harness/pytest_plugin.py collected the hand-made cells in pytest_configure. pytest-xdist's
+    controller starts its workers in its own sessionstart, which runs before this one: the draws
+    follow, alongside the workers' imports.)
     """
     config = session.config
     if not _requested(config):

@@ -103,26 +103,40 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def _first_visible_gpu() -> tuple[str, str] | None:
-    """(name, driver) of the GPU torch would call device 0, from nvidia-smi: no CUDA context in
-    this process (the controller never needs one), None where nvidia-smi cannot say."""
+def _first_visible_gpu(*fields: str) -> list[str] | None:
+    """nvidia-smi's ``fields`` of the GPU torch would call device 0: no CUDA context in this process
+    (the controller never needs one), None where nvidia-smi cannot say."""
     import subprocess
 
     try:
-        gpus = _query_gpus("index", "uuid", "name", "driver_version")
+        gpus = _query_gpus("index", "uuid", *fields)
     except (OSError, subprocess.SubprocessError):
         return None
     first = visible_gpus()[0] if os.environ.get("CUDA_VISIBLE_DEVICES") else next((index for index, *_ in gpus), None)
-    return next(((name, driver) for index, uuid, name, driver in gpus if first in (index, uuid)), None)
+    return next((found for index, uuid, *found in gpus if first in (index, uuid)), None)
 
 
 @functools.cache
 def device_description() -> dict[str, str | None]:
     if not HAS_GPU:
         return {"device": "cpu (TRITON_INTERPRET=1)", "driver": None}
-    found = _first_visible_gpu()
+    found = _first_visible_gpu("name", "driver_version")
     if found is None:  # MIG slices, or no nvidia-smi: ask CUDA
         import torch
 
         return {"device": torch.cuda.get_device_name(), "driver": None}
     return {"device": found[0], "driver": found[1]}
+
+
+@functools.cache
+def compute_capability() -> tuple[int, int]:
+    """(major, minor) of the GPU torch calls device 0, read once per process from nvidia-smi where
+    it can say: the generated tier draws in processes forked from the controller, whose CUDA has
+    started (importing sglang starts it), and CUDA cannot start again in a fork."""
+    found = _first_visible_gpu("compute_cap")
+    if found is None or found[0].count(".") != 1:  # MIG slices, no nvidia-smi, or one too old to say
+        import torch
+
+        return tuple(torch.cuda.get_device_capability())
+    major, minor = found[0].split(".")
+    return int(major), int(minor)

@@ -257,29 +257,52 @@ def test_pytest_option_adds_named_generated_cells(tmp_path):
     assert not [i for i in ids if "-gen11-" not in i]  # --generated-only: no hand-made cell
 
 
-def test_the_controller_draws_once_and_its_workers_build_the_same_cells_from_its_draws(monkeypatch):
-    """pytest-xdist's workers get the controller's draws (workerinput) and draw nothing themselves."""
+def test_the_controller_draws_once_and_its_workers_build_the_same_cells_from_its_draws(monkeypatch, tmp_path):
+    """pytest-xdist's workers wait for the controller's draws (a file in the run folder, written whole)
+    and draw nothing themselves."""
     from types import SimpleNamespace
 
     from harness import generated_plugin
 
+    monkeypatch.setattr(generated_plugin, "run_dir", lambda: tmp_path)
     options = {"--generated": 4, "--generated-seed": 11, "--generated-only": True, "--generated-profile": "cpu"}
     controller = SimpleNamespace(getoption=options.get, _attn_known=[], _attn_cells=[])
-    nodes = [SimpleNamespace(config=controller, workerinput={}) for _ in range(3)]
-    for node in nodes:
-        generated_plugin.pytest_configure_node(node)
-    text = nodes[0].workerinput[generated_plugin.DRAWS_INPUT]
-    assert all(node.workerinput[generated_plugin.DRAWS_INPUT] is text for node in nodes)  # drawn once
+    text, _ = generated_plugin._draws(controller)
+    assert generated_plugin._draws(controller)[0] is text  # drawn once
+    assert [path.name for path in tmp_path.iterdir()] == [generated_plugin.DRAWS_FILE]
 
     def no_draw(*args, **kwargs):
         raise AssertionError("a worker drew")
 
     monkeypatch.setattr(generated_plugin, "distinct_draws", no_draw)
-    worker = SimpleNamespace(getoption=options.get, _attn_known=[], _attn_cells=[], workerinput=nodes[0].workerinput)
+    monkeypatch.setattr(generated_plugin, "import_sglang", lambda: None)  # a GPU worker imports it while it waits
+    worker = SimpleNamespace(getoption=options.get, _attn_known=[], _attn_cells=[], workerinput={})
     assert generated_plugin._draws(worker) == (text, 0.0)
     expected = [g.case for g in generated_tier(PROFILES["cpu"], 11, 4, known=[])]
     assert [g.case for g in generated_plugin.tier_of(PROFILES["cpu"], 11,
                                                     generated_plugin.draws_from_json(text))] == expected
+
+
+def test_a_worker_waits_for_the_controllers_draws(monkeypatch, tmp_path):
+    """A worker that starts before the controller has drawn reads the file once it is there, whole."""
+    import threading
+
+    from harness import generated_plugin
+
+    later = threading.Timer(0.3, lambda: (tmp_path / generated_plugin.DRAWS_FILE).write_text("[1, 2]"))
+    later.start()
+    try:
+        assert generated_plugin._wait_for(tmp_path / generated_plugin.DRAWS_FILE) == "[1, 2]"
+    finally:
+        later.join()
+
+
+def test_passes_drawn_in_several_processes_are_the_draws_of_one(monkeypatch):
+    """Each pass draws from its own seed, so drawing them in forked processes changes no draw."""
+    from harness.generated import distinct_draws
+
+    assert distinct_draws(PROFILES["cpu"], 3, 30, known=[], processes=2) == \
+        distinct_draws(PROFILES["cpu"], 3, 30, known=[], processes=1)
 
 
 def test_graph_runners_never_draw_a_batch_sglang_would_run_eagerly():
