@@ -55,9 +55,20 @@ CENSUS_TOLERANCES = {
 HALF_ULP = {"float32": 2**-24, "float16": 2**-11, "bfloat16": 2**-8}
 
 
+def census_slice(num_heads: int) -> slice:
+    """The key-census head: the last query head, when the model has more than one. A slice, so that
+    indexing a device tensor with it is a view (a list index is copied to the GPU first)."""
+    return slice(num_heads - 1, num_heads) if num_heads > 1 else slice(0, 0)
+
+
 def census_heads(num_heads: int) -> list[int]:
-    """The key-census head: the last query head, when the model has more than one."""
-    return [num_heads - 1] if num_heads > 1 else []
+    """census_slice's heads as a list, for what the host does with them (names, loops)."""
+    return list(range(num_heads))[census_slice(num_heads)]
+
+
+def scored_slice(num_heads: int) -> slice:
+    """The heads other than the key-census head (they lead: the census head is the last)."""
+    return slice(0, census_slice(num_heads).start or num_heads)
 
 
 @dataclass(frozen=True)
@@ -116,8 +127,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str],
     Computed in float64 on the reference's device; only the figures come back to the host.
     """
     tol, census_tol = TOLERANCES[dtype], CENSUS_TOLERANCES[dtype]
-    census = census_heads(out.shape[1])
-    scored = [head for head in range(out.shape[1]) if head not in census]
+    census, scored = census_slice(out.shape[1]), scored_slice(out.shape[1])
     atol = torch.full((1, out.shape[1], 1), tol["atol"], dtype=torch.float64, device=ref.device)
     rtol = torch.full((1, out.shape[1], 1), tol["rtol"], dtype=torch.float64, device=ref.device)
     atol[:, census], rtol[:, census] = census_tol["atol"], census_tol["rtol"]
@@ -126,8 +136,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str],
     diff = (out64 - ref).abs()
     nan = torch.isnan(diff)
     bound = atol + rtol * ref.abs()
-    if census_slack is not None and census:
-        bound[:, census[0]] += census_slack
+    has_census = census.stop > census.start
+    if census_slack is not None and has_census:
+        bound[:, census.start] += census_slack
     excess = torch.where(nan, torch.full_like(diff, float("inf")), diff / bound)
     finite = torch.isfinite(diff)
     rel = diff / ref.abs().clamp_min(1e-6)
@@ -137,7 +148,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str],
         torch.where(finite, diff, -1.0).max(),
         torch.where(finite, rel, -1.0).max(),
         finite.any().double(), mismatched.mean(), nan.sum().double(),
-        mismatched[:, census].mean() if census else torch.zeros((), dtype=torch.float64, device=ref.device),
+        mismatched[:, census].mean() if has_census else torch.zeros((), dtype=torch.float64, device=ref.device),
         mismatched[:, scored].mean(),
     ]).tolist()  # one transfer to the host
     worst_index, max_abs, max_rel, any_finite, mismatch_frac, nan_count, census_frac, scored_frac = figures
@@ -147,7 +158,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str],
         max_rel_err=max_rel if any_finite else float("nan"),
         mismatch_frac=mismatch_frac,
         nan_count=int(nan_count),
-        worst=f"{labels[int(row)]} head {int(head)}{' (key census)' if int(head) in census else ''}",
+        worst=f"{labels[int(row)]} head {int(head)}{' (key census)' if int(head) in census_heads(out.shape[1]) else ''}",
         atol=tol["atol"], rtol=tol["rtol"],
         census_mismatch_frac=census_frac,
         scored_mismatch_frac=scored_frac,

@@ -71,7 +71,11 @@ class Guards:
         return None
 
     def check(self, where: str) -> None:
-        for allocation in self.allocations:
+        if not self.allocations:
+            return
+        # whether each zone changed, in one copy to the host: a nonzero per zone would wait on the GPU each time
+        touched = torch.stack([(allocation.zone != CANARY_BYTE).any() for allocation in self.allocations]).tolist()
+        for allocation in (allocation for allocation, hit in zip(self.allocations, touched) if hit):
             changed = torch.nonzero(allocation.zone != CANARY_BYTE).flatten()
             if changed.numel():
                 size = allocation.dtype.itemsize

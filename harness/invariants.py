@@ -14,6 +14,8 @@ from typing import Callable
 
 import torch
 
+from harness.transfers import to_host_together
+
 Capacity = Callable[[torch.Tensor], "int | None"]
 
 
@@ -48,10 +50,9 @@ def check_metadata(metadata, where: str, capacity: Capacity | None = None) -> No
     other buffers are sized from their allocation when checked.
     """
     fields = _fields(metadata)
-    for name, value in fields.items():
-        if not _int_vector(value):
-            continue
-        values = value.detach().to("cpu", torch.int64)
+    vectors = {name: value for name, value in fields.items() if _int_vector(value)}
+    on_host = dict(zip(vectors, to_host_together(list(vectors.values()))))
+    for name, values in on_host.items():
         if _is_offsets(name):
             if int(values[0]) != 0:
                 raise InvariantViolation(f"{where}: {name}[0] = {int(values[0])}, an indptr must start at 0")
@@ -67,13 +68,13 @@ def check_metadata(metadata, where: str, capacity: Capacity | None = None) -> No
     for name, value in fields.items():
         indices_name = name.replace("indptr", "indices")
         indices = fields.get(indices_name)
-        if name.endswith("indptr") and _int_vector(value) and isinstance(indices, torch.Tensor):
+        if name.endswith("indptr") and name in on_host and isinstance(indices, torch.Tensor):
             recorded = capacity(indices) if capacity else None
             held = recorded if recorded is not None else allocation_capacity(indices)
-            if int(value[-1]) > held:
+            if int(on_host[name][-1]) > held:
                 source = "recorded when guarded" if recorded is not None else "its allocation"
                 raise InvariantViolation(
-                    f"{where}: {name}[-1] = {int(value[-1])} indices to read, but the buffer behind "
+                    f"{where}: {name}[-1] = {int(on_host[name][-1])} indices to read, but the buffer behind "
                     f"{indices_name} holds {held} ({source})")
 
 

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.case_spec import CaseSpec
-from harness.compare import census_heads
+from harness.compare import census_heads, census_slice
 from harness.reference import census_parts, reference_attention
 from harness.releases import since
+from harness.transfers import to_device_together
 
 if TYPE_CHECKING:
     from harness.modes.base import ForwardStep
@@ -163,7 +164,11 @@ class BatchState:
 
     def record_new_kv(self, writes: list[tuple[int, int]], k: torch.Tensor, v: torch.Tensor) -> None:
         """Note in the harness copy the K/V this forward hands the backend to store."""
-        for request, (rows, positions) in by_request(writes).items():
+        groups = by_request(writes)
+        # every request's rows and positions in one copy to the device, sliced per request there
+        moved = to_device_together(self.device, *(torch.tensor(part, dtype=torch.int64)
+                                                  for pair in groups.values() for part in pair))
+        for request, rows, positions in zip(groups, moved[0::2], moved[1::2]):
             self.row_k[request][positions] = k[rows]
             self.row_v[request][positions] = v[rows]
 
@@ -270,7 +275,7 @@ def draw_inputs(state: BatchState, steps: list[ForwardStep], scale: float,
     for step in steps:
         tokens = len(step.queries)
         q = state.randn(tokens, spec.num_heads, spec.head_dim)
-        q[:, census_heads(spec.num_heads)] = 0
+        q[:, census_slice(spec.num_heads)] = 0
         k = v = None
         if step.writes:
             k = state.randn(tokens, spec.num_kv_heads, spec.head_dim)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from harness.transfers import to_device_together
+
 # Scores of one chunk of a request's queries ([kv_heads, group, queries, row_len] float64) are
 # kept under this many bytes: a 128k-token row with 64 heads stays within a few hundred MiB.
 SCORE_CHUNK_BYTES = 256 << 20
@@ -54,14 +56,18 @@ def spans_of(*parts: range | int) -> tuple[tuple[int, int], ...]:
     return tuple((start, end) for start, end in merged)
 
 
-def visibility_mask(queries: list[Query | None], row_len: int, device) -> torch.Tensor:
-    """bool [len(queries), row_len]: True where the query may see the row position (None: a padding
-    row that sees nothing)."""
+def span_bounds(queries: list[Query | None]) -> torch.Tensor:
+    """int64 [len(queries), widest span count, 2] on the host: each query's visible spans, padded with
+    empty ones (None: a padding row that sees nothing)."""
     widest = max((len(q.spans) for q in queries if q is not None), default=0) or 1
-    bounds = [[*q.spans, *[(0, 0)] * (widest - len(q.spans))] if q is not None else [(0, 0)] * widest
-              for q in queries]
-    bounds = torch.tensor(bounds, dtype=torch.long).to(device)  # [queries, spans, 2]
-    position = torch.arange(row_len, device=device)
+    return torch.tensor([[*q.spans, *[(0, 0)] * (widest - len(q.spans))] if q is not None else [(0, 0)] * widest
+                         for q in queries], dtype=torch.long)
+
+
+def visibility_mask(bounds: torch.Tensor, row_len: int) -> torch.Tensor:
+    """bool [queries, row_len] on the device of ``bounds`` (span_bounds): True where the query may see
+    the row position."""
+    position = torch.arange(row_len, device=bounds.device)
     inside = (position >= bounds[..., :1]) & (position < bounds[..., 1:])  # [queries, spans, row]
     return inside.any(dim=1)
 
@@ -132,15 +138,17 @@ def reference_attention(q: torch.Tensor, queries: list[Query], row_k: list[torch
 
     for group in _chunks(lengths, queries_of, group_bytes):
         widest = max(len(queries_of[r]) for r in group)
-        padded = [[*queries_of[r], *[-1] * (widest - len(queries_of[r]))] for r in group]
-        index = torch.tensor(padded, device=device)  # [R, n]: query rows, -1 for padding
-        real = index >= 0
+        padded = torch.tensor([[*queries_of[r], *[-1] * (widest - len(queries_of[r]))] for r in group])
+        real = padded >= 0  # [R, n]: query rows, -1 for padding
+        # what the group reads, built on the host and moved in one copy (a mask index would wait on the GPU)
+        rows, targets, sources, bounds = to_device_together(
+            device, padded.clamp(min=0), padded[real], real.flatten().nonzero().flatten(),
+            span_bounds([queries[i] if i >= 0 else None for i in padded.flatten().tolist()]))
         k = pad_sequence([row_k[r] for r in group], batch_first=True).to(torch.float64)
         v = pad_sequence([row_v[r] for r in group], batch_first=True).to(torch.float64)
-        visible = visibility_mask([queries[i] if i >= 0 else None for row in padded for i in row],
-                                  k.shape[1], device).view(len(group), widest, -1)
-        found = _attend(q64[index.clamp(min=0)], k, v, visible, scale)
-        out[index[real]] = found[real]
+        visible = visibility_mask(bounds, k.shape[1]).view(len(group), widest, -1)
+        found = _attend(q64[rows], k, v, visible, scale)
+        out[targets] = found.reshape(-1, num_heads, head_dim)[sources]
     return out
 
 
@@ -176,15 +184,16 @@ def census_parts(queries: list[Query], prefix_lens: list[int], row_k: list[torch
     def mean_over(subset: list[Query], values) -> torch.Tensor:
         return reference_attention(zero, subset, k, values, 1.0)[:, 0]
 
-    total = torch.tensor([_visible_count(q) for q in queries], dtype=torch.float64, device=device)
+    total = torch.tensor([_visible_count(q) for q in queries], dtype=torch.float64)
 
     def two_parts(cuts: list[int]) -> torch.Tensor:
         """sum over the parts [0, cut) and [cut, ...) of each query's request of w |p|."""
         magnitude = torch.zeros_like(zero[:, 0])
         for part in ([clipped(q, 0, cuts[q.request]) for q in queries],
                      [clipped(q, cuts[q.request], 1 << 62) for q in queries]):
-            share = torch.tensor([_visible_count(q) for q in part], dtype=torch.float64, device=device) / total
-            if bool((share > 0).any()):
+            counts = [_visible_count(q) for q in part]
+            if any(counts):  # decided on the host: asking the device would wait on it
+                share = (torch.tensor(counts, dtype=torch.float64) / total).to(device)
                 magnitude += torch.where(share[:, None] > 0, share[:, None] * mean_over(part, v).abs(), 0.0)
         return magnitude
 
