@@ -161,6 +161,13 @@ DRAWS_FILE = "generated-draws.json"  # in the run folder: the controller's draws
 DRAWS_WAIT_S = 0.05  # how often a worker looks for them
 
 
+def pytest_configure(config):
+    """A controller removes a draws file an earlier run left in its run folder (one reused through
+    ATTN_HARNESS_RUN_ID) before any worker starts: a worker would read it as this run's draws."""
+    if not hasattr(config, "workerinput") and (config.getoption("--generated") or config.getoption("--generated-only")):
+        (run_dir() / DRAWS_FILE).unlink(missing_ok=True)
+
+
 def _requested(config) -> bool:
     return hasattr(config, "_attn_cells") and bool(config.getoption("--generated") or config.getoption("--generated-only"))
 

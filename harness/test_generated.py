@@ -297,6 +297,21 @@ def test_a_worker_waits_for_the_controllers_draws(monkeypatch, tmp_path):
         later.join()
 
 
+def test_a_controller_removes_draws_an_earlier_run_left_before_its_workers_start(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from harness import generated_plugin
+
+    monkeypatch.setattr(generated_plugin, "run_dir", lambda: tmp_path)
+    stale = tmp_path / generated_plugin.DRAWS_FILE
+    stale.write_text("[]")
+    worker = SimpleNamespace(getoption={"--generated": 4}.get, workerinput={})
+    generated_plugin.pytest_configure(worker)  # a worker leaves it: it is the controller's to write
+    assert stale.exists()
+    generated_plugin.pytest_configure(SimpleNamespace(getoption={"--generated": 4}.get))
+    assert not stale.exists()
+
+
 def test_passes_drawn_in_several_processes_are_the_draws_of_one(monkeypatch):
     """Each pass draws from its own seed, so drawing them in forked processes changes no draw."""
     from harness.generated import distinct_draws
