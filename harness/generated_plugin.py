@@ -164,12 +164,16 @@ DRAWS_WAIT_S = 0.05  # how often a worker looks for them
 def pytest_configure(config):
     """A controller removes a draws file an earlier run left in its run folder (one reused through
     ATTN_HARNESS_RUN_ID) before any worker starts: a worker would read it as this run's draws."""
-    if not hasattr(config, "workerinput") and (config.getoption("--generated") or config.getoption("--generated-only")):
+    if not hasattr(config, "workerinput") and _asked(config):
         (run_dir() / DRAWS_FILE).unlink(missing_ok=True)
 
 
+def _asked(config) -> bool:
+    return bool(config.getoption("--generated") or config.getoption("--generated-only"))
+
+
 def _requested(config) -> bool:
-    return hasattr(config, "_attn_cells") and bool(config.getoption("--generated") or config.getoption("--generated-only"))
+    return hasattr(config, "_attn_cells") and _asked(config)
 
 
 def _profile(config) -> str:

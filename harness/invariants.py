@@ -65,16 +65,16 @@ def check_metadata(metadata, where: str, capacity: Capacity | None = None) -> No
         elif _is_lengths(name) and bool((values < 0).any()):
             row = int(torch.nonzero(values < 0)[0])
             raise InvariantViolation(f"{where}: {name}[{row}] = {int(values[row])} < 0")
-    for name, value in fields.items():
+    for name, values in on_host.items():
         indices_name = name.replace("indptr", "indices")
         indices = fields.get(indices_name)
-        if name.endswith("indptr") and name in on_host and isinstance(indices, torch.Tensor):
+        if name.endswith("indptr") and isinstance(indices, torch.Tensor):
             recorded = capacity(indices) if capacity else None
             held = recorded if recorded is not None else allocation_capacity(indices)
-            if int(on_host[name][-1]) > held:
+            if int(values[-1]) > held:
                 source = "recorded when guarded" if recorded is not None else "its allocation"
                 raise InvariantViolation(
-                    f"{where}: {name}[-1] = {int(on_host[name][-1])} indices to read, but the buffer behind "
+                    f"{where}: {name}[-1] = {int(values[-1])} indices to read, but the buffer behind "
                     f"{indices_name} holds {held} ({source})")
 
 
