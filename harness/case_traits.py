@@ -81,14 +81,24 @@ TRAITS: dict[str, CaseTrait] = {trait.name: trait for trait in (
 def traits_of(case: Case) -> tuple[str, ...]:
     """The names of the traits that hold for ``case``, in registry order.
 
-    Cached by the case's content: every cell of a case, and every look-up of the ledger for one cell
-    (collection, the verdict, the generator passing over a draw), asks again, and a trait may walk
-    every query of a production-sized batch.
+    Cached by the case's content (its name aside): every cell of a case, and every look-up of the
+    ledger for one cell (collection, the verdict, the generator passing over a draw), asks again,
+    and a trait may walk every query of a production-sized batch.
     """
-    key = (case.mode, case.spec.model_dump_json())
+    key = _content(case)
     if key not in _FOUND:
         _FOUND[key] = tuple(name for name, trait in TRAITS.items() if trait.holds(case))
     return _FOUND[key]
+
+
+def remember_traits(case: Case, names: tuple[str, ...]) -> None:
+    """Take the traits another process found for this case (the generated tier's draw processes,
+    harness/generated.py), so that this one does not walk the case again."""
+    _FOUND[_content(case)] = tuple(names)
+
+
+def _content(case: Case) -> tuple[str, str]:
+    return case.mode, case.spec.model_dump_json(exclude={"name"})
 
 
 _FOUND: dict[tuple[str, str], tuple[str, ...]] = {}

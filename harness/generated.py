@@ -25,6 +25,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.internal.constants_ast import Constants
 
 from harness.case_strategy import DrawnCase, drawn_cases
+from harness.case_traits import remember_traits, traits_of
 from harness.case_spec import Case, CaseSpec
 from harness.cases import spec_from_fields
 from harness.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile
@@ -85,6 +86,7 @@ def run_pass(profile: DrawProfile, seed: int, number: int, visit: Callable[[Draw
 class Draw:
     drawn: DrawnCase
     pass_number: int  # the pass that drew it first, for the shrinker
+    traits: tuple[str, ...]  # harness/case_traits.py, found where it was drawn
 
 
 def _known_to_fail(drawn: DrawnCase, name: str, known: Sequence):
@@ -96,14 +98,22 @@ def _known_to_fail(drawn: DrawnCase, name: str, known: Sequence):
                 None)
 
 
-def _one_pass(profile: DrawProfile, seed: int, number: int) -> list[DrawnCase]:
+def _one_pass(profile: DrawProfile, seed: int, number: int) -> list[tuple[DrawnCase, tuple[str, ...]]]:
+    """A pass's draws, each with its case traits: finding them walks every query of the case (about
+    17 ms at production shapes), work that belongs with the draw, on the draw processes' cores,
+    rather than in the controller and again in every worker that builds the cells."""
     found: list[DrawnCase] = []
     run_pass(profile, seed, number, found.append)
-    return found
+    return [(drawn, traits_of(as_case(drawn, _UNNAMED, ""))) for drawn in found]
 
 
-def seed_passes(profile: DrawProfile, seed: int, processes: int = 1) -> Iterator[tuple[int, list[DrawnCase]]]:
-    """The seed's passes in order, each as (pass number, its draws), for as long as the caller reads.
+_UNNAMED = f"{GENERATED_CASES}unnamed"  # traits do not depend on the name
+
+
+def seed_passes(profile: DrawProfile, seed: int, processes: int = 1
+                ) -> Iterator[tuple[int, list[tuple[DrawnCase, tuple[str, ...]]]]]:
+    """The seed's passes in order, each as (pass number, its draws and their traits), for as long as
+    the caller reads.
 
     Each pass draws from its own seed alone, so a pass gives the same draws wherever it runs:
     with ``processes`` > 1 the passes are drawn that many at a time in forked copies of this
@@ -150,13 +160,14 @@ def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence 
         return []
     passes = seed_passes(profile, seed, processes)
     for number, drawn_in_pass in passes:
-        for drawn in drawn_in_pass:
+        for drawn, traits in drawn_in_pass:
             name = generated_name(seed, len(kept), spec_from_fields(drawn.fields))
             if drawn.key in kept or drawn.key in covered:
                 continue
+            remember_traits(as_case(drawn, name, ""), traits)
             entry = known and _known_to_fail(drawn, name, known)
             if not entry:
-                kept[drawn.key] = Draw(drawn, number)
+                kept[drawn.key] = Draw(drawn, number, traits)
                 if len(kept) >= count:
                     passes.close()
                     return list(kept.values())
@@ -202,6 +213,7 @@ def tier_of(profile: DrawProfile, seed: int, draws: Sequence[Draw]) -> list[Gene
         spec = spec_from_fields(draw.drawn.fields)
         case = as_case(draw.drawn, generated_name(seed, index, spec),
                        f"generated ({profile.name} profile, seed {seed}, draw {index})")
+        remember_traits(case, draw.traits)
         tier.append(Generated(case, draw, index))
     return tier
 
@@ -210,8 +222,8 @@ def draws_as_json(draws: Sequence[Draw]) -> str:
     """The draws as text, so that one process draws and the others (pytest-xdist's workers) read:
     a draw at production shapes costs about 0.1 s of hypothesis, every worker drawing the same
     hundreds of cases again cost a GPU run a minute of its start."""
-    return json.dumps([[d.drawn.mode, d.drawn.fields, d.pass_number] for d in draws])
+    return json.dumps([[d.drawn.mode, d.drawn.fields, d.pass_number, d.traits] for d in draws])
 
 
 def draws_from_json(text: str) -> list[Draw]:
-    return [Draw(DrawnCase(mode, fields), number) for mode, fields, number in json.loads(text)]
+    return [Draw(DrawnCase(mode, fields), number, tuple(traits)) for mode, fields, number, traits in json.loads(text)]

@@ -259,10 +259,10 @@ def test_pytest_option_adds_named_generated_cells(tmp_path):
 
 def test_the_controller_draws_once_and_its_workers_build_the_same_cells_from_its_draws(monkeypatch, tmp_path):
     """pytest-xdist's workers wait for the controller's draws (a file in the run folder, written whole)
-    and draw nothing themselves."""
+    and draw nothing themselves, nor walk a case for its traits: those come with the draws."""
     from types import SimpleNamespace
 
-    from harness import generated_plugin
+    from harness import case_traits, generated_plugin
 
     monkeypatch.setattr(generated_plugin, "run_dir", lambda: tmp_path)
     options = {"--generated": 4, "--generated-seed": 11, "--generated-only": True, "--generated-profile": "cpu"}
@@ -279,8 +279,13 @@ def test_the_controller_draws_once_and_its_workers_build_the_same_cells_from_its
     worker = SimpleNamespace(getoption=options.get, _attn_known=[], _attn_cells=[], workerinput={})
     assert generated_plugin._draws(worker) == (text, 0.0)
     expected = [g.case for g in generated_tier(PROFILES["cpu"], 11, 4, known=[])]
-    assert [g.case for g in generated_plugin.tier_of(PROFILES["cpu"], 11,
-                                                    generated_plugin.draws_from_json(text))] == expected
+    walked = {case_traits._content(case): case_traits.traits_of(case) for case in expected}
+    monkeypatch.setattr(case_traits, "_FOUND", {})
+    walking = case_traits.CaseTrait("walked", "holds wherever a case is walked", lambda case: True)
+    monkeypatch.setattr(case_traits, "TRAITS", {walking.name: walking})
+    built = [g.case for g in generated_plugin.tier_of(PROFILES["cpu"], 11, generated_plugin.draws_from_json(text))]
+    assert built == expected
+    assert {case_traits._content(case): case_traits.traits_of(case) for case in built} == walked
 
 
 def test_a_worker_waits_for_the_controllers_draws(monkeypatch, tmp_path):
