@@ -2,4 +2,4 @@
 
 import harness  # noqa: F401  (switches Triton to its CPU interpreter before torch loads)
 
-pytest_plugins = ["harness.pytest_plugin", "harness.generated_plugin", "harness.worker_exit"]
+pytest_plugins = ["harness.pytest_plugin", "harness.generated_plugin", "harness.worker_exit", "harness.fork_server_plugin"]
