@@ -20,6 +20,7 @@ itself (exec), so a worker always starts. The address is in Linux's abstract soc
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import os
@@ -99,18 +100,30 @@ def _tell(conn: socket.socket, message: dict) -> None:
         pass
 
 
+CUDA_ERROR_NOT_INITIALIZED = 3  # cuda.h: what a driver call returns before cuInit
+
+
 def _cuda_started() -> bool:
-    """Whether this process may have started CUDA, which a forked child could then not use: torch
-    started it, or the driver library is loaded at all (`torch.cuda.is_available()` starts the
-    driver without torch counting it as started)."""
+    """Whether this process has started CUDA, which a forked child could then not use: torch started
+    it, or the driver was initialised some other way (`torch.cuda.is_available()` does so without
+    torch counting it). torch loads the driver library at import, so its presence says nothing; a
+    driver call that needs initialisation says it, and answers without initialising. A driver that
+    is loaded but cannot be asked counts as started."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return True
     try:
         with open("/proc/self/maps") as maps:
-            return any("libcuda.so" in line for line in maps)
+            paths = sorted({line.split()[-1] for line in maps if "libcuda.so" in line})
     except OSError:
         return False
+    for path in paths:
+        try:
+            driver = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        except OSError:
+            continue
+        return driver.cuDeviceGetCount(ctypes.byref(ctypes.c_int())) != CUDA_ERROR_NOT_INITIALIZED
+    return bool(paths)
 
 
 def preimport(names=PREIMPORTS) -> dict:
@@ -132,8 +145,6 @@ def preimport(names=PREIMPORTS) -> dict:
 def _die_with_parent() -> None:
     """Linux: the server (and so its forks' source) ends when the pytest process that started it ends."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass

@@ -129,3 +129,42 @@ def test_the_caller_waits_for_the_server_that_is_still_importing(tmp_path):
         slow.wait(timeout=10)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["parent"] == slow.pid
+
+
+class _Driver:
+    def __init__(self, status):
+        self.status = status
+
+    def cuDeviceGetCount(self, _count):
+        return self.status
+
+
+@pytest.mark.parametrize("mapped, driver, started", [
+    (False, None, False),  # no driver library: nothing started
+    (True, _Driver(fork_server.CUDA_ERROR_NOT_INITIALIZED), False),  # torch's import loads it: not a start
+    (True, _Driver(0), True),  # the driver answers: something called cuInit
+    (True, OSError("cannot be asked"), True),  # loaded but not reachable: counted as started
+])
+def test_cuda_counts_as_started_only_when_the_driver_was_initialised(monkeypatch, tmp_path, mapped, driver, started):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 0:0 0 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n" * mapped
+                    + "7f02-7f03 r-xp 0 0:0 0 /usr/lib/libc.so.6\n")
+    real_open = open
+    monkeypatch.setattr(fork_server, "open", lambda path, *args: real_open(maps if path == "/proc/self/maps" else path, *args),
+                        raising=False)
+
+    def load(path, mode):
+        assert mode & os.RTLD_NOLOAD  # never loads a driver that is not there
+        if isinstance(driver, Exception):
+            raise driver
+        return driver
+
+    monkeypatch.setattr(fork_server.ctypes, "CDLL", load)
+    assert fork_server._cuda_started() is started
+
+
+def test_cuda_counts_as_started_when_torch_started_it(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert fork_server._cuda_started()
