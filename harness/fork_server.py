@@ -4,9 +4,11 @@ Every pytest-xdist worker on the H200 spent 15-17 s importing (16 at once), most
 transformers, sympy, scipy and the libraries they pull in (reports/gpu/NOTES.md, 2026-11-26),
 the same modules in every worker. This server imports them once, then forks a worker per request,
 so a worker starts with them in memory and imports only what must be its own: sglang, which
-starts CUDA while importing (a CUDA context cannot cross a fork), and the harness. The server
-never touches CUDA itself: it checks after every import that torch has not started it, and
-stops forking (every worker then starts as a plain interpreter) if one did.
+starts CUDA while importing (a CUDA context cannot cross a fork), and the harness: on the H200 a
+worker that imports sglang's attention layer, memory pool and ForwardBatch and runs one CUDA op
+starts in 2.8 s forked, 12.2 s as a fresh interpreter. The server never starts CUDA itself: after
+every import it asks torch and the driver whether CUDA was started, and it stops forking (every
+worker then starts as a plain interpreter) if it was.
 
 A worker is asked for the way execnet starts one, `PYTHON -u -c BOOTSTRAP`, where PYTHON is
 `python -m harness.fork_server connect NAME` (pytest-xdist's `popen//python=` spec): the
@@ -34,10 +36,10 @@ import time
 import traceback
 import types
 
-# What a worker imports that holds no CUDA state, heaviest first: measured with -X importtime on
-# the H200 (sglang 0.5.23, hold 15 of 2026-11-26), the third-party modules that sglang's
-# attention layers, memory pool and the harness pull in. Never sglang, sgl_kernel or flashinfer:
-# they query the GPU while importing.
+# What a worker imports that holds no CUDA state, about in the order a worker meets it: the
+# third-party modules that sglang's attention layers, memory pool and the harness pull in, measured
+# with -X importtime on the H200 (sglang 0.5.23, 2026-11-26). Never sglang, sgl_kernel or
+# flashinfer: they query the GPU while importing.
 PREIMPORTS = (
     "torch", "numpy", "sympy", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
     "torch.distributed.tensor", "torch._inductor.compile_fx", "functorch.compile", "networkx",
