@@ -330,7 +330,8 @@ def main(argv: list[str]) -> int:
     role, name, *rest = argv
     if role == "serve":
         serve(name)
-        return 0
+        sys.stdout.flush()
+        os._exit(0)  # the run waits for this process: no interpreter teardown of torch and the rest (seconds)
     return connect(name, rest)
 
 

@@ -3,8 +3,14 @@
 On the controller of a run whose workers are local processes (`-n N`, plain `popen`), the server
 starts while pytest configures, before pytest-xdist starts its workers, and each worker is started
 through it (`popen//python=...`). `--worker-start exec` keeps xdist's own way: a fresh interpreter
-per worker. The server's log (its imports, their seconds, anything it refused) is
+per worker. The server's log (its imports, their seconds, each fork, anything it refused) is
 `fork-server.log` in the run folder.
+
+Forking is the default on a Linux GPU host, where it is measured faster: on the H200 a worker
+started in 2.8 s forked against 12.2 s fresh, and the hand matrix ran warm in 34.8-40.7 s against
+39.9 s (reports/gpu/BENCH.md). On the 2-core CPU machine it is not: two workers importing side by
+side start sooner than one server importing before either (7.5 s to the workers' start against
+5.0 s, reports/cpu/BENCH.md), so a CPU host keeps fresh interpreters unless asked.
 """
 
 from __future__ import annotations
@@ -15,19 +21,20 @@ import sys
 
 import pytest
 
-from harness import fork_server
+from harness import fork_server, platform
 from harness.results import run_dir
 
 WORKER_STARTS = ("fork", "exec")
 SERVER_LOG = "fork-server.log"
+DEFAULT_WORKER_START = "fork" if platform.HAS_GPU and sys.platform == "linux" else "exec"
 
 
 def pytest_addoption(parser):
     parser.getgroup("attn-harness").addoption(
-        "--worker-start", default=WORKER_STARTS[0] if sys.platform == "linux" else WORKER_STARTS[1],
-        choices=WORKER_STARTS,
+        "--worker-start", default=DEFAULT_WORKER_START, choices=WORKER_STARTS,
         help="how xdist workers start: forked from a server that has imported torch, transformers and "
-             "the other heavy libraries once (Linux, the default), or each a fresh interpreter")
+             f"the other heavy libraries once (Linux), or each a fresh interpreter (default here: "
+             f"{DEFAULT_WORKER_START})")
 
 
 def _local_workers(config) -> list[str]:

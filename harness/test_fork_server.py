@@ -99,7 +99,7 @@ FEW_CELLS = ("harness/test_cases.py", "-k", "draft_decode and triton and bs1 and
 def test_an_xdist_run_forks_its_workers(harness_run, tmp_path):
     """The plugin end to end: every worker of `-n 2` is one the server forked, and says so in its log."""
     times = tmp_path / "times.jsonl"
-    done, folder, _ = harness_run("-n", "2", "-p", "harness.bench_timer", *FEW_CELLS,
+    done, folder, _ = harness_run("-n", "2", "--worker-start", "fork", "-p", "harness.bench_timer", *FEW_CELLS,
                                   env={"ATTN_HARNESS_BENCH_TIMES": str(times)})
     assert done.returncode == 0, done.stdout[-2000:]
     log = [json.loads(line) for line in (folder / SERVER_LOG).read_text().splitlines()]
