@@ -6,11 +6,12 @@ through it (`popen//python=...`). `--worker-start exec` keeps xdist's own way: a
 per worker. The server's log (its imports, their seconds, each fork, anything it refused) is
 `fork-server.log` in the run folder.
 
-Forking is the default on a Linux GPU host, where it is measured faster: on the H200 a worker
-started in 2.8 s forked against 12.2 s fresh, and the hand matrix ran warm in 34.8-40.7 s against
-39.9 s (reports/gpu/BENCH.md). On the 2-core CPU machine it is not: two workers importing side by
-side start sooner than one server importing before either (7.5 s to the workers' start against
-5.0 s, reports/cpu/BENCH.md), so a CPU host keeps fresh interpreters unless asked.
+Forking is the default on Linux. On the H200 a worker started in 2.8 s forked against 12.2 s fresh,
+and the hand matrix ran warm in 34.8-40.7 s against 39.9 s (reports/gpu/BENCH.md). On the 2-core CPU
+machine the workers start later (7.1-7.5 s against 5.0-5.3 s: two workers importing side by side
+against one server importing before either), but their cells run sooner, since what a fresh worker
+imports during its first cells is imported already: 123.0 s for 77 Triton draft-decode cells
+against 125.0 and 128.4 s fresh (reports/cpu/BENCH.md).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ import sys
 
 import pytest
 
-from harness import fork_server, platform
+from harness import fork_server
 from harness.results import run_dir
 
 WORKER_STARTS = ("fork", "exec")
 SERVER_LOG = "fork-server.log"
-DEFAULT_WORKER_START = "fork" if platform.HAS_GPU and sys.platform == "linux" else "exec"
+DEFAULT_WORKER_START = "fork" if sys.platform == "linux" else "exec"
 
 
 def pytest_addoption(parser):
