@@ -22,6 +22,7 @@ itself (exec), so a worker always starts. The address is in Linux's abstract soc
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import io
 import json
@@ -205,8 +206,6 @@ def _fork(request: dict, fds: list[int], servers: list) -> int:
         for sig in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         code = _run_worker(request, fds)
-        import atexit
-
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
