@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from harness import ROOT, cli, gpu_slots, platform
+from harness import ROOT, cli, findings, gpu_slots, platform
 from harness.record import RECORDED, NothingToRecord, record
 from harness.reporting.cell_schema import load_results
 from harness.reporting.totals import totals_line
@@ -31,7 +31,7 @@ def _step(*args: str) -> int:
 
 def build_parser() -> cli.Parser:
     parser = cli.Parser(prog="python -m harness", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,record}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,record,findings}")
     run = commands.add_parser("run", help="run the case matrix here and write out/<cpu|gpu>/")
     run.add_argument("-n", "--workers", type=cli.workers, default=None,
                      help="pytest-xdist workers (default: as many as the host's cores and GPU memory allow, "
@@ -49,6 +49,7 @@ def build_parser() -> cli.Parser:
     keep.add_argument("--from", dest="source", type=cli.input_folder, default=None,
                       help="the run's output folder (default out/<section>)")
     keep.set_defaults(func=record_run)
+    findings.add_commands(commands)
     return parser
 
 
@@ -110,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         except gpu_slots.GpuChoiceError as error:
             parser.error(str(error))
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)  # pytest's workers split these among them
-    return args.func(args)
+    try:
+        return args.func(args)
+    except cli.UsageError as problem:
+        print(f"{parser.prog}: {problem}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

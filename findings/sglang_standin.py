@@ -1,0 +1,318 @@
+"""What every reproducer in findings/ builds sglang's attention backends on, without attn-harness.
+
+sglang, torch and the kernel library only. A backend reads its server arguments and parallel
+topology through sglang's process-wide getters, and a handful of attributes off its model runner;
+a reproducer needs no model, no scheduler and no distributed set-up, only:
+
+- ``server_state``: sglang's own override of the server arguments, on a single rank;
+- ``model_runner``: the attributes a backend reads, as plain data, with sglang's own ModelRunner
+  methods bound where a release reads them (found by feature, so one file serves 0.5.17 to 0.5.23);
+- ``Pools``: a ReqToTokenPool as wide as sglang's model runner makes it (context plus sglang's
+  speculative headroom) and an MHATokenToKVPool, with chosen KV slots for each request;
+- ``reference``: attention in float64 from the keys each query should see.
+
+Each ``<finding>/repro.py`` puts this folder on ``sys.path`` and imports it; ``python -m harness
+findings bundle <finding>`` writes a reproducer and this file as one script for an upstream issue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from types import MethodType, SimpleNamespace
+
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":  # sglang's Triton kernels then run under Triton's interpreter (set before triton loads)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+SINGLE_RANK = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, attn_dcp_size=1, attn_dcp_rank=0,
+                   dcp_size=1, dcp_rank=0, attn_cp_size=1, attn_cp_rank=0, attn_dp_size=1, attn_dp_rank=0)
+
+
+@contextlib.contextmanager
+def server_state(**fields):
+    """sglang's server arguments overridden with ``fields``, on one rank; yields the ServerArgs."""
+    from sglang.srt.runtime_context import get_context, get_parallel
+
+    override = get_context().override_server_args(
+        **dict(disable_cuda_graph=True, chunked_prefill_size=-1, kv_cache_dtype="auto",
+               triton_attention_num_kv_splits=8), **fields)
+    server_args = override.install()
+    try:
+        with get_parallel().override(**SINGLE_RANK):
+            yield server_args
+    finally:
+        override.restore()
+
+
+def eagle_args(topk: int, num_steps: int, num_draft_tokens: int, algorithm: str = "EAGLE") -> dict:
+    """The --speculative-* arguments of an EAGLE deployment."""
+    return dict(speculative_algorithm=algorithm, speculative_eagle_topk=topk, speculative_num_steps=num_steps,
+                speculative_num_draft_tokens=num_draft_tokens)
+
+
+def row_headroom(server_args) -> int:
+    """Columns sglang's model runner gives a req_to_token row past the model context
+    (mem_cache/allocation_sizing.get_req_to_token_extra_context_len; its argument went away in 0.5.18)."""
+    from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len
+
+    try:
+        return get_req_to_token_extra_context_len()
+    except TypeError:
+        return get_req_to_token_extra_context_len(server_args)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The attention layer's shape and the model's context length."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    context_len: int
+    dtype: torch.dtype = torch.bfloat16
+    page_size: int = 1
+    sliding_window: int | None = None  # RadixAttention's sliding_window_size (the HF window - 1)
+
+    @property
+    def scale(self) -> float:
+        return self.head_dim ** -0.5
+
+
+def model_runner(shape: Shape, pools: "Pools", server_args, *, draft_worker: bool = False,
+                 algorithm: str | None = "EAGLE"):
+    """The model runner a backend is built from: what backends read, nothing else."""
+    import transformers
+    from sglang.srt.configs.model_config import AttentionArch
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    hf = transformers.LlamaConfig(num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads,
+                                  hidden_size=shape.num_heads * shape.head_dim, head_dim=shape.head_dim,
+                                  num_hidden_layers=1, max_position_embeddings=shape.context_len,
+                                  architectures=["LlamaForCausalLM"])
+    config = SimpleNamespace(
+        attention_arch=AttentionArch.MHA, get_max_num_attention_heads=lambda: shape.num_heads,
+        get_num_kv_heads=lambda tp_size, dcp_size=1: shape.num_kv_heads,
+        num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads, head_dim=shape.head_dim,
+        v_head_dim=shape.head_dim, swa_v_head_dim=None, context_len=shape.context_len, is_encoder_decoder=False,
+        is_multimodal=False, is_local_attention_model=False, is_hybrid_swa=False, hf_config=hf,
+        hf_text_config=hf, linear_attn_registry_result=None, num_hidden_layers=1, dtype=shape.dtype)
+    runner = SimpleNamespace(
+        req_to_token_pool=pools.req_to_token, token_to_kv_pool=pools.kv,
+        token_to_kv_pool_allocator=SimpleNamespace(page_size=shape.page_size, get_kvcache=lambda: pools.kv),
+        sliding_window_size=shape.sliding_window, page_size=shape.page_size, model_config=config,
+        device=DEVICE, gpu_id=0, server_args=server_args, is_draft_worker=draft_worker,
+        spec_algorithm=SpeculativeAlgorithm.from_string(algorithm), kv_cache_dtype=shape.dtype,
+        kv_cache_dtype_str="auto", dtype=shape.dtype, is_hybrid_swa=False, attention_chunk_size=None,
+        use_mla_backend=False, init_new_workspace=False, plan_stream_for_flashinfer=None,
+        canary_manager=None, attn_cp_size=1, prefill_attention_backend_str=server_args.attention_backend,
+        decode_attention_backend_str=server_args.attention_backend)
+    with contextlib.suppress(ImportError):  # up to 0.5.20 backends read the topology off model_runner.ps
+        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+
+        runner.ps = ParallelState.trivial()
+    if hasattr(ModelRunner, "init_kv_index_translator"):  # 0.5.19+
+        ModelRunner.init_kv_index_translator(runner)
+    if hasattr(ModelRunner, "decode_num_tokens_per_req"):  # 0.5.21+
+        runner.decode_num_tokens_per_req = MethodType(ModelRunner.decode_num_tokens_per_req, runner)
+    return runner
+
+
+@dataclass
+class Pools:
+    """sglang's pools with every request's row: request r's row position p lives at KV slot
+    ``rows[r][p]``. Unwritten KV is NaN, so a backend reading memory no request owns shows it."""
+
+    shape: Shape
+    row_lens: list[int]
+    server_args: object
+    spare_rows: int = 4
+    req_to_token: object = field(init=False)
+    kv: object = field(init=False)
+    rows: list[torch.Tensor] = field(init=False)
+    req_pool_indices: list[int] = field(init=False)
+    truth: list[tuple[torch.Tensor, torch.Tensor]] = field(init=False)  # what each row should hold (float64)
+
+    def __post_init__(self):
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+
+        page = self.shape.page_size
+        pages = [-(-n // page) for n in self.row_lens]
+        # page 0 is sglang's padding page; request r takes the next pages, in order
+        first = torch.tensor([0, *pages]).cumsum(0)[:-1] + 1
+        self.rows = [(first[r] * page + torch.arange(n)).to(torch.int64) for r, n in enumerate(self.row_lens)]
+        width = self.shape.context_len + row_headroom(self.server_args)
+        self.req_to_token = ReqToTokenPool(size=len(self.row_lens) + self.spare_rows, max_context_len=width,
+                                           device=DEVICE, enable_memory_saver=False)
+        self.kv = MHATokenToKVPool(size=(sum(pages) + 2) * page, page_size=page, dtype=self.shape.dtype,
+                                   head_num=self.shape.num_kv_heads, head_dim=self.shape.head_dim, layer_num=1,
+                                   device=DEVICE, enable_memory_saver=False)
+        self.req_pool_indices = list(range(1, len(self.row_lens) + 1))
+        for request, row in zip(self.req_pool_indices, self.rows):
+            self.req_to_token.req_to_token[request, : len(row)] = row.to(DEVICE, torch.int32)
+        for buffer in (self.kv.k_buffer[0], self.kv.v_buffer[0]):
+            buffer.fill_(float("nan"))
+            buffer[:page] = 0
+        size = (self.shape.num_kv_heads, self.shape.head_dim)
+        self.truth = [(torch.full((n, *size), float("nan"), dtype=torch.float64, device=DEVICE),
+                       torch.full((n, *size), float("nan"), dtype=torch.float64, device=DEVICE)) for n in self.row_lens]
+
+    @property
+    def row_width(self) -> int:
+        return self.req_to_token.req_to_token.shape[1]
+
+    def write(self, request: int, positions: range, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store K/V of row positions ``positions`` of ``request`` in the KV pool, and note them as
+        what the row holds (what the reference reads)."""
+        slots = self.slots(request, positions)
+        k, v = k.to(DEVICE, self.shape.dtype), v.to(DEVICE, self.shape.dtype)
+        self.kv.k_buffer[0][slots], self.kv.v_buffer[0][slots] = k, v
+        true_k, true_v = self.truth[request]
+        true_k[list(positions)], true_v[list(positions)] = k.double(), v.double()
+
+    def keys(self, request: int, positions) -> tuple[torch.Tensor, torch.Tensor]:
+        """The K/V row positions ``positions`` of ``request`` should hold (float64)."""
+        true_k, true_v = self.truth[request]
+        return true_k[list(positions)], true_v[list(positions)]
+
+    def slots(self, request: int, positions) -> torch.Tensor:
+        return self.rows[request][list(positions)].to(DEVICE)
+
+    def tensor(self, values, dtype=torch.int64) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=DEVICE)
+
+
+def random_kv(pools: Pools, request: int, positions: range, generator: torch.Generator) -> None:
+    """Write random K/V for ``request`` at ``positions``."""
+    shape = pools.shape
+    size = (len(positions), shape.num_kv_heads, shape.head_dim)
+    pools.write(request, positions, torch.randn(size, generator=generator).to(DEVICE),
+                torch.randn(size, generator=generator).to(DEVICE))
+
+
+def normal(generator: torch.Generator, *size: int, dtype: torch.dtype) -> torch.Tensor:
+    """N(0, 1) values drawn on the host (the same on every device), moved to the device."""
+    return torch.randn(size, generator=generator).to(DEVICE, dtype)
+
+
+def chain_verify_batch(pools: Pools, committed: list[int], num_steps: int, *, host_mirrors: bool,
+                       algorithm: str = "EAGLE"):
+    """An EAGLE chain verify as eagle_worker_v2 hands it to the target model: seq_lens is each
+    request's committed length, its num_steps + 1 draft tokens are written at row positions
+    committed + j (out_cache_loc), each sees the prefix and the chain up to itself (custom_mask);
+    seq_lens_cpu / seq_lens_sum are the committed lengths, or None on the GPU-only path."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    draft, bs = num_steps + 1, len(committed)
+    positions = pools.tensor([p for n in committed for p in range(n, n + draft)])
+    mask = torch.cat([torch.cat([torch.ones(draft, n, dtype=torch.bool),
+                                 torch.ones(draft, draft, dtype=torch.bool).tril()], 1).flatten() for n in committed])
+    no_tree = torch.full((bs, draft), -1, dtype=torch.long, device=DEVICE)
+    cpu = torch.tensor(committed, dtype=torch.int64) if host_mirrors else None
+    total = sum(committed) if host_mirrors else None
+    spec_info = EagleVerifyInput(
+        draft_token=torch.zeros(bs * draft, dtype=torch.long, device=DEVICE), custom_mask=mask.to(DEVICE),
+        positions=positions, retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
+        retrieve_cum_len=None, spec_steps=num_steps, topk=1, draft_token_num=draft,
+        capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=total, seq_lens_cpu=cpu)
+    return ForwardBatch(
+        forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs,
+        input_ids=torch.zeros(bs * draft, dtype=torch.int64, device=DEVICE),
+        req_pool_indices=pools.tensor(pools.req_pool_indices[:bs]), seq_lens=pools.tensor(committed),
+        out_cache_loc=torch.cat([pools.slots(r, range(n, n + draft)) for r, n in enumerate(committed)]),
+        seq_lens_sum=total, seq_lens_cpu=cpu, positions=positions, spec_info=spec_info,
+        spec_algorithm=SpeculativeAlgorithm.from_string(algorithm))
+
+
+def extend_batch(pools: Pools, prefix_lens: list[int], extend_lens: list[int], algorithm: str | None = None):
+    """A prefill (EXTEND) as the scheduler hands it over: request r has prefix_lens[r] tokens in the KV
+    cache (a prefix-cache hit, or the chunks before this one) and extend_lens[r] new ones at row
+    positions prefix .. prefix + extend - 1; every host mirror published."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
+    starts = torch.tensor([0, *extend_lens]).cumsum(0)[:-1].tolist()
+    positions = [p + j for p, e in zip(prefix_lens, extend_lens) for j in range(e)]
+    return ForwardBatch(
+        forward_mode=ForwardMode.EXTEND, batch_size=len(prefix_lens),
+        input_ids=torch.zeros(sum(extend_lens), dtype=torch.int64, device=DEVICE),
+        req_pool_indices=pools.tensor(pools.req_pool_indices[:len(prefix_lens)]), seq_lens=pools.tensor(seq_lens),
+        out_cache_loc=torch.cat([pools.slots(r, range(p, p + e)) for r, (p, e) in enumerate(zip(prefix_lens,
+                                                                                               extend_lens))]),
+        seq_lens_sum=sum(seq_lens), seq_lens_cpu=torch.tensor(seq_lens), positions=pools.tensor(positions),
+        extend_num_tokens=sum(extend_lens), extend_prefix_lens=pools.tensor(prefix_lens, torch.int32),
+        extend_seq_lens=pools.tensor(extend_lens, torch.int32), extend_start_loc=pools.tensor(starts, torch.int32),
+        extend_prefix_lens_cpu=list(prefix_lens), extend_seq_lens_cpu=list(extend_lens),
+        spec_algorithm=SpeculativeAlgorithm.from_string(algorithm))
+
+
+def in_window(position: int, rows: range, window: int | None) -> list[int]:
+    """The row positions of ``rows`` a query at model ``position`` sees under a sliding window of
+    ``window`` (the HF config's: position - key < window), or all of them without one."""
+    return [k for k in rows if window is None or position - k < window]
+
+
+def attend(backend, batch, attention_layer, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None):
+    """One forward of the layer as the model calls it (the output NaN until written): q [tokens,
+    heads, head_dim], k and v [tokens, kv_heads, head_dim] or None -> [tokens, heads, head_dim] float64."""
+    tokens, heads, dim = q.shape
+    batch._attn_output = torch.full((tokens, heads * dim), float("nan"), dtype=q.dtype, device=DEVICE)
+    out = backend.forward(q.reshape(tokens, -1), k, v, attention_layer, batch, save_kv_cache=k is not None)
+    return out.reshape(tokens, heads, dim).double()
+
+
+def worst_error(out: torch.Tensor, q: torch.Tensor, pools: Pools, seen: list[tuple[int, list[int]]]) -> float:
+    """The largest |out - reference| over the query tokens, token t of request seen[t][0] seeing the
+    row positions seen[t][1]; inf where an output is NaN."""
+    worst = 0.0
+    for token, (request, positions) in enumerate(seen):
+        keys, values = pools.keys(request, positions)
+        error = (out[token] - reference(q[token], keys, values, pools.shape.scale)).abs()
+        worst = max(worst, float("inf") if error.isnan().any() else float(error.max()))
+    return worst
+
+
+# bf16 / fp16 outputs round each element to 8 / 11 bits; the error allowed against float64
+TOLERANCE = {torch.bfloat16: 0.02, torch.float16: 0.004, torch.float32: 1e-4}
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(q k^T * scale) v in float64 for one query token over the keys it sees:
+    q [heads, head_dim], k and v [keys, kv_heads, head_dim] -> [heads, head_dim]."""
+    group = q.shape[0] // k.shape[1]
+    k64 = k.double().repeat_interleave(group, dim=1)
+    v64 = v.double().repeat_interleave(group, dim=1)
+    scores = torch.einsum("hd,khd->hk", q.double(), k64) * scale
+    return torch.einsum("hk,khd->hd", scores.softmax(-1), v64)
+
+
+def layer(shape: Shape, attn_type: str = "DECODER"):
+    """The RadixAttention layer a model hands the backend."""
+    from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
+
+    window = {} if shape.sliding_window is None else {"sliding_window_size": shape.sliding_window}
+    return RadixAttention(shape.num_heads, shape.head_dim, shape.scale, shape.num_kv_heads, layer_id=0,
+                          attn_type=AttentionType[attn_type], **window)
+
+
+class Problems(list):
+    """What a reproducer found wrong, each printed as it is found (a corrupted process may not get
+    to print it later)."""
+
+    def add(self, text: str) -> None:
+        print(f"BUG: {text}", flush=True)
+        self.append(text)
+
+
+def verdict(problems: Problems, ok: str) -> int:
+    """Exit status 1 when the bug showed, else 0 with one line saying what was right."""
+    if not problems:
+        print(f"OK: {ok}", flush=True)
+    return 1 if problems else 0
