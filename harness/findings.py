@@ -26,128 +26,13 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
-
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
 from harness import ROOT, cli
+from harness.finding_packets import FINDINGS_DIR, Finding, load, load_all, slugs, upstream_status
 from harness.releases import KNOWN_RELEASES
 from harness.results import OUTPUT_DIR
 
-FINDINGS_DIR = ROOT / "findings"
 STANDIN = "sglang_standin.py"
 OUT = OUTPUT_DIR / "findings"
-PROJECTS = ("sglang", "flashinfer", "flash-attention")  # where a root cause can live
-THREAD = r"^[\w.-]+/[\w.-]+#\d+$"  # owner/repo#N: an issue or a pull request
-
-
-class FindingError(ValueError):
-    """A packet is malformed; the message names the file and the field."""
-
-
-class Thread(BaseModel):
-    """One upstream thread read for the finding, as it stood when read."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    thread: str = Field(pattern=THREAD, description="owner/repo#N")
-    state: Literal["open", "closed", "merged", "closed unmerged"]
-    relation: Literal["same bug", "fix proposed", "introduced it", "fixed it", "same class", "related"]
-    note: str = Field(min_length=1, description="what the thread says, in a sentence")
-
-    @property
-    def url(self) -> str:
-        repo, number = self.thread.split("#")
-        return f"https://github.com/{repo}/issues/{number}"
-
-
-class CodePath(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    releases: str = Field(min_length=1, description="the sglang releases this path holds for, e.g. 0.5.17-0.5.23")
-    where: str = Field(min_length=1, description="file:function (lines) where the bug lives")
-
-
-class Serving(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    config: str = Field(min_length=1, description="one real configuration that reaches it: model, TP/DP, backend, flags")
-    needs_speculative: bool
-    why: str = Field(min_length=1)
-
-
-class Finding(BaseModel):
-    """finding.yaml: what a maintainer needs to act on one bug."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    title: str = Field(min_length=1)
-    status: Literal["new", "duplicate", "fixed"] = Field(
-        description="new: no upstream thread; duplicate: a thread tracks the same bug (say what this adds); "
-                    "fixed: a released sglang or kernel library fixes it (fixed_in)")
-    root_cause: Literal[PROJECTS] = Field(description="the project whose code is wrong")
-    fixed_in: str | None = Field(default=None, description="'<project> <release> (<thread>)' where status is fixed")
-    affected: list[str] = Field(min_length=1, description="sglang releases whose stock stack shows it")
-    code_path: list[CodePath] = Field(min_length=1)
-    serving: Serving
-    upstream: list[Thread] = Field(default=[], description="threads read; status duplicate needs a 'same bug' one")
-    read_on: str = Field(min_length=1, description="when the threads were read, and how current the copy was")
-    adds: str | None = Field(default=None, description="what this finding adds to the threads (duplicates)")
-    known_failures: list[str] = Field(default=[], description="KNOWN_FAILURES.md entries of its cells")
-    fix: str = Field(min_length=1, description="the harness fix (harness/seed_bugs.py FIXES) fix.diff is made from")
-
-    @model_validator(mode="after")
-    def _status_has_its_evidence(self) -> "Finding":
-        unknown = [release for release in self.affected if release not in KNOWN_RELEASES]
-        if unknown:
-            raise ValueError(f"affected: {unknown[0]} is no known release ({', '.join(KNOWN_RELEASES)})")
-        if self.status == "fixed" and not self.fixed_in:
-            raise ValueError("fixed_in: required where status is fixed ('<project> <release> (<thread>)')")
-        if self.status != "fixed" and self.fixed_in:
-            raise ValueError(f"fixed_in: given, but status is {self.status}; a fixed bug says status: fixed")
-        same = [thread for thread in self.upstream if thread.relation == "same bug"]
-        if self.status == "duplicate" and not (same and self.adds):
-            raise ValueError("upstream: a duplicate names the thread of the same bug (relation: same bug) and says "
-                             "what it adds (adds)")
-        if self.status == "new" and same:
-            raise ValueError(f"status: new, but {same[0].thread} is the same bug; say status: duplicate")
-        return self
-
-    def affects(self, release: str) -> bool:
-        return release in self.affected
-
-
-def _one_line(error: ValidationError) -> str:
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "(the file)"
-    return f"field '{field}': {first['msg']}"
-
-
-def load(slug: str) -> Finding:
-    path = FINDINGS_DIR / slug / "finding.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
-        raise FindingError(f"{path.relative_to(ROOT)}: {error}") from None
-    try:
-        return Finding.model_validate(data)
-    except ValidationError as error:
-        raise FindingError(f"{path.relative_to(ROOT)}: {_one_line(error)}") from None
-
-
-def slugs() -> list[str]:
-    return sorted(path.parent.name for path in FINDINGS_DIR.glob("*/finding.yaml"))
-
-
-def load_all() -> dict[str, Finding]:
-    return {slug: load(slug) for slug in slugs()}
-
-
-def upstream_status(finding: Finding) -> str:
-    """The status in one phrase: new, duplicate of <thread>, or fixed in <release>."""
-    if finding.status == "fixed":
-        return f"fixed in {finding.fixed_in}"
-    if finding.status == "duplicate":
-        same = [thread.thread for thread in finding.upstream if thread.relation == "same bug"]
-        return f"duplicate of {', '.join(same)}"
-    return "new"
 
 
 # --- running the reproducers --------------------------------------------------------------------
@@ -189,7 +74,7 @@ def run_repro(slug: str, pythonpath: Path | None, timeout_s: float) -> dict:
         status, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as expired:
         status, output = None, f"{expired.stdout or ''}{expired.stderr or ''}\ntimed out after {timeout_s:g} s"
-    lines = [line for line in output.splitlines() if line.startswith(("BUG:", "OK:"))]
+    lines = list(dict.fromkeys(line for line in output.splitlines() if line.startswith(("BUG:", "OK:"))))
     tail = [line for line in output.splitlines() if line.strip()][-12:]
     return dict(exit=status, seconds=round(time.monotonic() - started, 1), said=lines,
                 tail=tail if not any(line.startswith("OK:") for line in lines) else [])
@@ -317,10 +202,78 @@ def list_command(args) -> int:
     return 0
 
 
+BEGIN, END = "<!-- finding.yaml and measured/: python -m harness findings render -->", "<!-- end of the rendered part -->"
+
+
+def _say(lines: list[str]) -> str:
+    return "; ".join(dict.fromkeys(line.removeprefix("BUG: ").removeprefix("OK: ") for line in lines)) or "nothing"
+
+
+def rendered(slug: str) -> str:
+    """The README's status part, from finding.yaml and measured/*.json (the one place each fact lives)."""
+    finding = load(slug)
+    threads = "".join(f"\n  - [{t.thread}]({t.url}) ({t.state}, {t.relation}): {t.note}" for t in finding.upstream)
+    paths = "".join(f"\n  - {path.releases}: {path.where}" for path in finding.code_path)
+    lines = [
+        BEGIN, "", "## Status", "",
+        f"- **Upstream: {upstream_status(finding)}.** Threads read on {finding.read_on}:{threads or ' none found'}",
+        *([f"- **What this adds:** {finding.adds}"] if finding.adds else []),
+        f"- **Root cause in:** {finding.root_cause}; **affected sglang releases:** {', '.join(finding.affected)}",
+        f"- **Reached in production by:** {finding.serving.config}. "
+        f"**Needs speculative decoding:** {'yes' if finding.serving.needs_speculative else 'no'}: {finding.serving.why}",
+        f"- **Code path:**{paths}",
+        f"- **Known failures:** {', '.join(finding.known_failures) or 'none'}; **harness fix:** `--apply-fix {finding.fix}`",
+        "", "## Standalone reproducer", "",
+        f"[repro.py](repro.py) needs sglang, torch and the kernel library only (and [../{STANDIN}](../{STANDIN})); "
+        "it exits 1 when the bug shows and 0 when it does not. [fix.diff](fix.diff) is the fix against sglang "
+        f"{KNOWN_RELEASES[-1]}.", "", "```bash",
+        f"python findings/{slug}/repro.py                 # on the sglang you have",
+        f"python -m harness findings run {slug}     # stock, then with the fix (a patched copy of sglang)",
+        f"python -m harness findings bundle {slug}  # repro.py and the stand-in as one script, for an issue",
+        "```", "",
+    ]
+    runs = measured(slug)
+    for run in runs:
+        lines.append(f"- {run['device']['device']}, sglang {run['release']} ({', '.join(f'{k} {v}' for k, v in run['versions'].items() if k in ('torch', 'flashinfer', 'sgl_kernel'))}), "
+                     f"{run['date']}: stock **{outcome(run['stock'])}** (exit {run['stock']['exit']}, {run['stock']['seconds']} s): "
+                     f"{_say(run['stock']['said'])}; fixed **{outcome(run['fixed'])}** ({run['fixed']['seconds']} s): "
+                     f"{_say(run['fixed']['said'])}")
+    if not runs:
+        lines.append("- not run yet")
+    return "\n".join([*lines, "", END])
+
+
+def render(slug: str, check: bool) -> bool:
+    """Write (or, with ``check``, compare) the README's rendered part; True when it was already current."""
+    path = FINDINGS_DIR / slug / "README.md"
+    text = path.read_text()
+    head, _, rest = text.partition(BEGIN)
+    tail = rest.partition(END)[2] if rest else ""
+    title, _, body = head.partition("\n")
+    if not rest:  # first render: right below the title
+        tail, head = "\n" + body, title + "\n\n"
+    new = head + rendered(slug) + tail
+    if check or new == text:
+        return new == text
+    path.write_text(new)
+    return False
+
+
+def render_command(args) -> int:
+    stale = [slug for slug in slugs() if not render(slug, args.check)]
+    if args.check and stale:
+        print(f"python -m harness findings render --check: {', '.join(stale)}: README.md differs from finding.yaml and "
+              "measured/; run python -m harness findings render", file=sys.stderr)
+        return 1
+    for slug in ([] if args.check else stale):
+        print(f"rendered findings/{slug}/README.md")
+    return 0
+
+
 def add_commands(commands) -> None:
     """`findings` and its verbs, on the main command line (harness/__main__.py)."""
     findings = commands.add_parser("findings", help="the sglang bugs found: list, run stock and fixed, record, bundle")
-    verbs = findings.add_subparsers(dest="verb", metavar="{list,run,record,bundle}")
+    verbs = findings.add_subparsers(dest="verb", metavar="{list,run,record,render,bundle}")
     findings.set_defaults(func=list_command)
     verbs.add_parser("list", help="each finding, its upstream status and what was measured").set_defaults(
         func=list_command)
@@ -331,6 +284,9 @@ def add_commands(commands) -> None:
     run.set_defaults(func=run_command)
     verbs.add_parser("record", help="copy out/findings/<slug>/*.json into findings/<slug>/measured/").set_defaults(
         func=record_command)
+    render_verb = verbs.add_parser("render", help="write each README's status part from finding.yaml and measured/")
+    render_verb.add_argument("--check", action="store_true", help="only compare; exit 1 where a README is stale")
+    render_verb.set_defaults(func=render_command)
     packet = verbs.add_parser("bundle", help="one self-contained reproducer script -> out/findings/<slug>/")
     packet.add_argument("slug", choices=slugs())
     packet.set_defaults(func=bundle_command)

@@ -26,9 +26,10 @@ from typing import Iterable, Mapping
 from harness import ROOT
 from harness.case_traits import TRAITS
 from harness.failure_class import FAILURE_CLASSES, MEASURED, Failure
-from harness.releases import KNOWN_RELEASES
+from harness.finding_packets import PROJECTS, Finding, FindingError, fixed_release, load_all, tracking_threads
+from harness.releases import KNOWN_RELEASES, version_key
 from harness.runners import RUNNER_NAMES as RUNNERS
-from harness.seed_bugs import FIXES
+from harness.seed_bugs import FIXES, requested_fixes
 
 GENERATED_CASES = "gen"  # the generated tier's case names begin so (harness/generated.py generated_name)
 
@@ -45,7 +46,9 @@ SELECTOR_FIELDS = {
 }
 TEXT_FIELDS = {
     "reason": "one sentence: what goes wrong",
-    "upstream": "the tracking issue: a URL or owner/repo#N or repo#N, e.g. sglang#12345",
+    "upstream": ("the thread that tracks the bug, an issue or a pull request: owner/repo#N, repo#N for "
+                 "sglang, flashinfer or flash-attention, or its github.com URL; or 'new: <finding>' for a bug no "
+                 "thread tracks yet, whose packet is findings/<finding>/"),
 }
 SIGNATURE_FIELDS = {
     "class": (f"the failure class, or the classes one bug was measured to show as, comma-separated: "
@@ -63,13 +66,25 @@ OPTIONAL_FIELDS = {
     "evidence": "where the failure was seen: a report path, a CI link, numbers",
     "fixed_by": f"the harness fix that makes these cells pass, one of {', '.join(FIXES)} (harness/seed_bugs.py): "
                 "under --apply-fix with it the entry stands aside",
+    "root_cause": (f"where the bug's root cause lives when it is not sglang's own code: one of "
+                   f"{', '.join(p for p in PROJECTS if p != 'sglang')}, then 'fixed in <release>' (of that project, or "
+                   "'fixed in sglang <release>' for code sglang vendors) or 'not fixed yet', e.g. "
+                   "'flashinfer, fixed in 0.7.1'"),
 }
-FIELDS = {**SELECTOR_FIELDS, **TEXT_FIELDS, **SIGNATURE_FIELDS, **OPTIONAL_FIELDS}
+RETIRED_FIELD = "retired_into"
+RETIRED_WHY = ("the entries an entry was the sum of, comma-separated KF ids: a retired entry keeps its heading, "
+               "so records that carry its id still find where it went, and takes no other field")
+FIELDS = {**SELECTOR_FIELDS, **TEXT_FIELDS, **SIGNATURE_FIELDS, **OPTIONAL_FIELDS, RETIRED_FIELD: RETIRED_WHY}
 REQUIRED_FIELDS = (*SELECTOR_FIELDS, *TEXT_FIELDS, "class")
 
 _ID = re.compile(r"KF-[a-z0-9]+(?:-[a-z0-9]+)*")
 _FIELD_LINE = re.compile(r"- ([A-Za-z_]+):(.*)")
-_UPSTREAM = re.compile(r"https?://\S+|[\w.-]+(?:/[\w.-]+)?#\d+")
+_THREAD_URL = re.compile(r"https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)/(?:issues|pull)/(?P<number>\d+)/?")
+_THREAD_REF = re.compile(r"(?:(?P<owner>[\w.-]+)/)?(?P<repo>[\w.-]+)#(?P<number>\d+)")
+_NEW_FINDING = re.compile(r"new: (?P<finding>\S+)")
+OWNERS = {"sglang": "sgl-project", "flashinfer": "flashinfer-ai", "flash-attention": "Dao-AILab"}  # for repo#N
+_ROOT_CAUSE = re.compile(r"(?P<project>[\w-]+), (?:fixed in (?:(?P<vendor>sglang) )?(?P<release>\d+(?:\.\d+)+\S*)|"
+                         r"(?P<open>not fixed yet))")
 _FENCE = re.compile(r"\s*(```|~~~)")
 _NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _RANGE = re.compile(rf"(?P<low>{_NUMBER})\s*-\s*(?P<high>{_NUMBER})\s*,\s*margin\s+x(?P<margin>{_NUMBER})")
@@ -109,6 +124,37 @@ class ErrorRange:
 
 
 @dataclass(frozen=True)
+class RootCause:
+    """A bug whose root cause lives in another project, and the release that fixes it there (or None)."""
+
+    project: str
+    fixed_in: str | None  # a release of ``project``, or of sglang where ``vendored``
+    vendored: bool = False  # fixed in sglang's own copy of the project's code
+
+    def __str__(self) -> str:
+        where = f"sglang {self.fixed_in}" if self.vendored else self.fixed_in
+        return f"{self.project}, {'fixed in ' + where if self.fixed_in else 'not fixed yet'}"
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A heading kept for an entry that turned out to be the sum of others (retired_into)."""
+
+    id: str
+    into: tuple[str, ...]
+    source: str
+
+
+def _thread(text: str) -> str | None:
+    """owner/repo#N for an issue or pull-request reference, or None where ``text`` is not one."""
+    found = _THREAD_URL.fullmatch(text) or _THREAD_REF.fullmatch(text)
+    if not found:
+        return None
+    owner = found["owner"] or OWNERS.get(found["repo"])
+    return f"{owner}/{found['repo']}#{found['number']}" if owner else None
+
+
+@dataclass(frozen=True)
 class KnownFailure:
     id: str
     backend: tuple[str, ...]
@@ -124,6 +170,17 @@ class KnownFailure:
     fixed_by: str | None = None  # a harness fix (seed_bugs.FIXES) under which these cells must pass
     releases: tuple[str, ...] = ("*",)  # the sglang releases (contracts) the bug is in
     traits: tuple[str, ...] = ()  # case traits (harness/case_traits.py) a covered cell's case has, all of them
+    root_cause: RootCause | None = None  # set where the bug lives outside sglang's own code
+
+    @property
+    def thread(self) -> str | None:
+        """The upstream thread as owner/repo#N, or None for a bug cited as 'new: <finding>'."""
+        return None if self.upstream.startswith("new: ") else _thread(self.upstream)
+
+    @property
+    def new_finding(self) -> str | None:
+        found = _NEW_FINDING.fullmatch(self.upstream)
+        return found["finding"] if found else None
 
     @property
     def selects_generated_only(self) -> bool:
@@ -279,9 +336,12 @@ def _build(path: Path, entry: _RawEntry) -> KnownFailure:
                 f"{path}:{line}: entry {entry.id}: field '{name}' is empty; expected {FIELDS[name]}"
             )
     upstream, line = entry.fields["upstream"]
-    if not _UPSTREAM.fullmatch(upstream):
+    if not (_thread(upstream) or _NEW_FINDING.fullmatch(upstream)):
+        why = ("a link to source code is no tracking thread" if upstream.startswith("http") and "/blob/" in upstream
+               else "an owner is needed for that repository" if _THREAD_REF.fullmatch(upstream) else "")
         raise KnownFailuresError(
-            f"{path}:{line}: entry {entry.id}: field 'upstream' is '{upstream}'; expected {TEXT_FIELDS['upstream']}"
+            f"{path}:{line}: entry {entry.id}: field 'upstream' is '{upstream}'{'; ' + why if why else ''}; "
+            f"expected {TEXT_FIELDS['upstream']}"
         )
     evidence = entry.fields.get("evidence")
     fixed_by = entry.fields.get("fixed_by")
@@ -299,7 +359,23 @@ def _build(path: Path, entry: _RawEntry) -> KnownFailure:
         fixed_by=fixed_by[0] if fixed_by else None,
         releases=_selector(path, entry, "releases") if "releases" in entry.fields else ("*",),
         traits=_traits(path, entry),
+        root_cause=_root_cause(path, entry),
     )
+
+
+def _root_cause(path: Path, entry: _RawEntry) -> RootCause | None:
+    if "root_cause" not in entry.fields:
+        return None
+    value, line = entry.fields["root_cause"]
+    found = _ROOT_CAUSE.fullmatch(value)
+    if not found or found["project"] not in PROJECTS or found["project"] == "sglang":
+        raise KnownFailuresError(f"{path}:{line}: entry {entry.id}: field 'root_cause' is '{value}'; expected "
+                                 f"{OPTIONAL_FIELDS['root_cause']}")
+    cause = RootCause(found["project"], found["release"], vendored=bool(found["vendor"]))
+    if cause.vendored and cause.fixed_in not in KNOWN_RELEASES:
+        raise KnownFailuresError(f"{path}:{line}: entry {entry.id}: field 'root_cause': sglang {cause.fixed_in} is no "
+                                 f"known release ({', '.join(KNOWN_RELEASES)})")
+    return cause
 
 
 def _traits(path: Path, entry: _RawEntry) -> tuple[str, ...]:
@@ -342,26 +418,112 @@ def _signature(path: Path, entry: _RawEntry) -> dict:
     return dict(failure_classes=classes, max_abs_err=bounds)
 
 
-def load_known_failures(path: str | Path) -> list[KnownFailure]:
-    """Parse the ledger; raise KnownFailuresError on the first malformed entry. Zero entries is fine."""
+def _retired(path: Path, raw: _RawEntry) -> Retired | None:
+    """The tombstone of an entry retired into others, or None for a live entry."""
+    if RETIRED_FIELD not in raw.fields:
+        return None
+    others = [name for name in raw.fields if name != RETIRED_FIELD]
+    if others:
+        raise KnownFailuresError(f"{path}:{raw.fields[others[0]][1]}: entry {raw.id}: field '{others[0]}': a retired "
+                                 f"entry takes no other field ({RETIRED_FIELD}: {RETIRED_WHY})")
+    value, _ = raw.fields[RETIRED_FIELD]
+    return Retired(raw.id, _comma_list(value), f"{path}:{raw.line}")
+
+
+def _check_retired(path: Path, retired: list[Retired], live: dict[str, KnownFailure]) -> None:
+    for tombstone in retired:
+        missing = [target for target in tombstone.into if target not in live]
+        if missing or len(tombstone.into) < 2:
+            what = f"'{missing[0]}' is no live entry" if missing else "names fewer than two entries"
+            raise KnownFailuresError(f"{tombstone.source}: entry {tombstone.id}: field '{RETIRED_FIELD}' {what}; "
+                                     f"expected {RETIRED_WHY}")
+
+
+def check_against_findings(entries: list[KnownFailure], findings: dict[str, Finding], whole: bool) -> None:
+    """Hold each entry to the packet of its bug (findings/<slug>/finding.yaml, which lists its entries):
+    'new: <finding>' names a packet that says new; a packet's entry cites one of the packet's tracking
+    threads; an entry of a bug whose root cause lives in another project says which and where it is
+    fixed, as the packet does, and covers no sglang release the fix is in. ``whole``: the ledger is the
+    repository's, so every entry a packet names must be in it."""
+    by_id = {entry.id: entry for entry in entries}
+    packet_of = {kf: slug for slug, finding in findings.items() for kf in finding.known_failures}
+    for entry in entries:
+        where = f"{entry.source}: entry {entry.id}"
+        if entry.new_finding:
+            finding = findings.get(entry.new_finding)
+            if finding is None:
+                raise KnownFailuresError(f"{where}: field 'upstream' names findings/{entry.new_finding}/, which does "
+                                         f"not exist (packets: {', '.join(findings)})")
+            if finding.status != "new":
+                raise KnownFailuresError(f"{where}: field 'upstream': findings/{entry.new_finding} is {finding.status}; "
+                                         f"cite its thread ({', '.join(tracking_threads(finding))})")
+        slug = packet_of.get(entry.id)
+        if slug is None:
+            continue
+        finding = findings[slug]
+        if finding.status == "new" and entry.new_finding != slug:
+            raise KnownFailuresError(f"{where}: field 'upstream' is '{entry.upstream}'; findings/{slug}, its packet, "
+                                     f"says no thread tracks it: 'new: {slug}'")
+        if finding.status != "new" and entry.thread not in tracking_threads(finding):
+            raise KnownFailuresError(f"{where}: field 'upstream' is '{entry.upstream}'; findings/{slug}, its packet, "
+                                     f"is tracked by {', '.join(tracking_threads(finding))}")
+        if finding.root_cause != "sglang":
+            expected = RootCause(finding.root_cause, fixed_release(finding))
+            if entry.root_cause is None or (entry.root_cause.project, entry.root_cause.fixed_in) != (
+                    expected.project, expected.fixed_in):
+                raise KnownFailuresError(f"{where}: field 'root_cause' is "
+                                         f"'{entry.root_cause or 'missing'}'; findings/{slug} puts the cause in "
+                                         f"{finding.root_cause}: '{expected}'")
+    for entry in entries:
+        cause = entry.root_cause
+        if cause and cause.vendored:
+            covered = [r for r in KNOWN_RELEASES if version_key(r) >= version_key(cause.fixed_in) and entry.in_release(r)]
+            if covered:
+                raise KnownFailuresError(f"{entry.source}: entry {entry.id}: field 'releases' covers {covered[0]}, where "
+                                         f"field 'root_cause' says sglang {cause.fixed_in} fixed it")
+    if whole:
+        for kf, slug in packet_of.items():
+            if kf not in by_id:
+                raise KnownFailuresError(f"findings/{slug}/finding.yaml: field 'known_failures' names {kf}, which "
+                                         f"{entries[0].source.rsplit(':', 1)[0] if entries else 'the ledger'} does not have")
+
+
+def load_known_failures(path: str | Path, findings: dict[str, Finding] | None = None) -> list[KnownFailure]:
+    """Parse the ledger; raise KnownFailuresError on the first malformed entry. Zero entries is fine.
+
+    Entries are held to the packets under findings/ (``findings``, default the repository's);
+    retired entries are checked and left out of the result."""
     path = Path(path)
     entries: list[KnownFailure] = []
+    retired: list[Retired] = []
     seen: dict[str, str] = {}
     for raw in _split_entries(path, path.read_text(encoding="utf-8")):
         if raw.id in seen:
             raise KnownFailuresError(
                 f"{path}:{raw.line}: entry {raw.id} is defined twice (first at {seen[raw.id]}); ids must be unique"
             )
-        entry = _build(path, raw)
-        seen[entry.id] = entry.source
-        entries.append(entry)
+        seen[raw.id] = f"{path}:{raw.line}"
+        tombstone = _retired(path, raw)
+        if tombstone:
+            retired.append(tombstone)
+            continue
+        entries.append(_build(path, raw))
+    _check_retired(path, retired, {entry.id: entry for entry in entries})
+    if findings is None:
+        try:
+            findings = load_all()
+        except FindingError as error:
+            raise KnownFailuresError(str(error)) from None
+    check_against_findings(entries, findings, whole=path.resolve() == KNOWN_FAILURES_FILE.resolve())
     return entries
 
 
 def standing(entries: list[KnownFailure], applied_fix: str | None) -> list[KnownFailure]:
-    """The entries that hold for a run: those ``applied_fix`` fixes stand aside, so their cells run
-    as plain cells (a fix that works turns them green; one that does not leaves them red)."""
-    return [entry for entry in entries if applied_fix is None or entry.fixed_by != applied_fix]
+    """The entries that hold for a run: those the applied fixes (``applied_fix``, one or several
+    comma-separated) fix stand aside, so their cells run as plain cells (a fix that works turns them green;
+    one that does not leaves them red)."""
+    fixes = set(requested_fixes(applied_fix))
+    return [entry for entry in entries if entry.fixed_by not in fixes]
 
 
 def match(entries: Iterable[KnownFailure], cell: Mapping, release: str | None = None) -> KnownFailure | None:

@@ -48,9 +48,10 @@ def pytest_addoption(parser):
     group.addoption("--cases-dir", default=str(CASES_DIR), help="folder of case YAML files")
     group.addoption("--shard", default="1/1", help="run shard i of n (cells split by a hash of their id), e.g. 2/4")
     group.addoption("--replay", default=None, help="inject a seed bug (harness/seed_bugs.py) for this run")
-    group.addoption("--apply-fix", default=None, metavar="FIX",
-                    help="patch the installed sglang toward a proposed fix (harness/seed_bugs.py FIXES) for this run; "
-                         "known failures it fixes (KNOWN_FAILURES.md fixed_by) stand aside, so their cells must pass")
+    group.addoption("--apply-fix", default=None, metavar="FIX[,FIX]",
+                    help="patch the installed sglang toward proposed fixes (harness/seed_bugs.py FIXES), one or several "
+                         "comma-separated, for this run; known failures they fix (KNOWN_FAILURES.md fixed_by) stand "
+                         "aside, so their cells must pass")
     group.addoption("--draws", default=DRAW_PLACES[0], choices=DRAW_PLACES,
                     help="where random Q/K/V are drawn: on the cell's device (fast), or on the host "
                          "(bit-identical to a CPU run of the same cell)")

@@ -556,12 +556,18 @@ def apply_fix(fix_id: str) -> Patch:
     return fix
 
 
+def requested_fixes(fix: str | None) -> list[str]:
+    """The fixes an --apply-fix value names: one, or several comma-separated (a cell that shows two bugs
+    passes only with both fixed)."""
+    return [part.strip() for part in (fix or "").split(",") if part.strip()]
+
+
 def apply_requested(replay: str | None, fix: str | None) -> None:
     """The patches a run asks for (--replay, --apply-fix), in that order; ReplayError if one cannot apply."""
     if replay:
         inject(replay)
-    if fix:
-        apply_fix(fix)
+    for fix_id in requested_fixes(fix):
+        apply_fix(fix_id)
 
 
 def _kernels_missing(error: ImportError) -> bool:

@@ -88,7 +88,7 @@ MALFORMED = {
     ),
     "missing field": (
         ENTRY.replace("- upstream: sglang#12345\n", ""),
-        ["KNOWN_FAILURES.md:1", "entry KF-fa4-tree-graph", "missing field 'upstream'", "sglang#12345"],
+        ["KNOWN_FAILURES.md:1", "entry KF-fa4-tree-graph", "missing field 'upstream'", "owner/repo#N"],
     ),
     "duplicate id": (
         ENTRY + "\n" + ENTRY,
@@ -139,7 +139,7 @@ MALFORMED = {
     ),
     "bad upstream": (
         ENTRY.replace("sglang#12345", "see slack"),
-        ["KNOWN_FAILURES.md:8", "field 'upstream' is 'see slack'", "a URL or owner/repo#N"],
+        ["KNOWN_FAILURES.md:8", "field 'upstream' is 'see slack'", "owner/repo#N"],
     ),
     "bullet without field": (
         ENTRY.replace("- mode: target_verify", "- target_verify"),
