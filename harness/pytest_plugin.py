@@ -35,7 +35,7 @@ from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summar
 from harness.reporting.per_backend import per_backend_lines
 from harness.reporting.totals import totals_line
 from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
-from harness.sanitizer import SANITIZE_MAX_DEFAULT, TOOL_FLAGS, sanitize
+from harness.sanitizer import AUTO_STATUSES, AUTO_TOOLS, SANITIZE_MAX_DEFAULT, SANITIZED_STATUSES, TOOL_FLAGS, sanitize
 from harness.seed_bugs import ReplayError, apply_requested
 from harness.warmup import compiling_alone, plan_warm_up, wait_for_warm_up
 
@@ -62,7 +62,8 @@ def pytest_addoption(parser):
                          f"is theirs (default {CONFIRM_DEFAULT}; 0: off)")
     group.addoption("--sanitize", default=None, metavar="TOOLS",
                     help="GPU: re-run crashed or failed cells alone under compute-sanitizer with these tools "
-                         f"({', '.join(TOOL_FLAGS)}; comma-separated) and attach each tool's first error")
+                         f"({', '.join(TOOL_FLAGS)}; comma-separated) and attach each tool's first error; "
+                         "left out, a GPU run re-runs its crashed cells under memcheck; 'none': no re-run")
     group.addoption("--sanitize-max", type=int, default=SANITIZE_MAX_DEFAULT, metavar="N",
                     help=f"cells to re-run under --sanitize (default {SANITIZE_MAX_DEFAULT})")
     group.addoption("--lone-timeout", type=float, default=LONE_TIMEOUT_S, metavar="S",
@@ -82,12 +83,20 @@ def _parse_shard(text: str) -> tuple[int, int]:
         raise pytest.UsageError(str(error)) from None
 
 
-def _sanitizer_tools(text: str | None) -> list[str]:
-    tools = [tool.strip() for tool in (text or "").split(",") if tool.strip()]
+def _sanitizer_plan(text: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(tools, the statuses whose cells they re-run) for --sanitize: what it names for crashed and failed
+    cells; nothing for 'none'; left out, memcheck for crashed cells on a GPU host (harness/sanitizer.py
+    AUTO_TOOLS), nothing on a CPU."""
+    if text is None:
+        return (AUTO_TOOLS, AUTO_STATUSES) if platform.HAS_GPU else ((), ())
+    if text.strip() == "none":
+        return (), ()
+    tools = tuple(tool.strip() for tool in text.split(",") if tool.strip())
     unknown = [tool for tool in tools if tool not in TOOL_FLAGS]
-    if unknown or (text is not None and not tools):
-        raise pytest.UsageError(f"--sanitize {text!r}: expected a comma-separated list of {', '.join(TOOL_FLAGS)}")
-    return tools
+    if unknown or not tools:
+        raise pytest.UsageError(f"--sanitize {text!r}: expected 'none' or a comma-separated list of "
+                                f"{', '.join(TOOL_FLAGS)}")
+    return tools, SANITIZED_STATUSES
 
 
 def _check_counts(config) -> None:
@@ -115,7 +124,7 @@ def pytest_configure(config):
     except OSError as error:  # a --known-failures file that cannot be read
         raise pytest.UsageError(cli.os_problem(error)) from None
     shard = _parse_shard(config.getoption("--shard"))
-    config._attn_sanitize = _sanitizer_tools(config.getoption("--sanitize"))
+    config._attn_sanitize = _sanitizer_plan(config.getoption("--sanitize"))
     _check_counts(config)
     config._attn_shard = shard
     if platform.HAS_GPU and getattr(config.option, "maxschedchunk", False) is None:
@@ -418,9 +427,10 @@ def _after_the_run(config, records: list[dict], say) -> list[str]:
     run_notes = [line for line in [attribution_summary(notes)] if line]
     if notes:
         write_notes("crash", notes)
-    if config._attn_sanitize:
-        found, unavailable = sanitize(records, config._attn_sanitize, config._attn_cell_args,
-                                      config.getoption("--sanitize-max"), run_dir() / "sanitizer", say, timeout)
+    tools, statuses = config._attn_sanitize
+    if tools:
+        found, unavailable = sanitize(records, tools, config._attn_cell_args, config.getoption("--sanitize-max"),
+                                      run_dir() / "sanitizer", say, timeout, statuses=statuses)
         if found:
             write_notes("sanitizer", found)
         run_notes += [unavailable] if unavailable else []

@@ -26,6 +26,9 @@ TOOL_FLAGS = {
 }
 COMMON_FLAGS = ("--print-limit", "10")
 SANITIZED_STATUSES = ("crashed", "failed")
+# Without --sanitize, a GPU run re-runs its crashed cells under memcheck: a crash is rare, costs one lone
+# run to explain, and a flaky one may not come back (reports/gpu/TRIAGE.md, gen11-17).
+AUTO_TOOLS, AUTO_STATUSES = ("memcheck",), ("crashed",)
 SANITIZE_MAX_DEFAULT = 3
 # Lines in the prefix's voice that frame a report rather than being a finding.
 FRAMING = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY",
@@ -100,19 +103,22 @@ def _summary_line(log: str) -> str:
 
 def sanitize(records: Sequence[dict], tools: Sequence[str], args: list[str], budget: int, logs: Path,
              say: Callable[[str], None], timeout: float = LONE_TIMEOUT_S,
-             has_gpu: bool = platform.HAS_GPU) -> tuple[dict[str, dict], str | None]:
-    """Re-run up to `budget` crashed or failed cells under each tool.
+             has_gpu: bool = platform.HAS_GPU, statuses: Sequence[str] = SANITIZED_STATUSES
+             ) -> tuple[dict[str, dict], str | None]:
+    """Re-run up to `budget` cells of ``statuses`` (crashed or failed) under each tool.
 
     Returns the fields to add to those cells' records, and one line when the sanitizer could not
     run here (None when it could).
     """
+    picked = [record for record in records if record["status"] in statuses][:budget]
+    if statuses == AUTO_STATUSES and not picked:
+        return {}, None  # the default re-run of crashes: nothing crashed, nothing to say
     binary = find_binary()
     reason = unavailable_reason(has_gpu, binary)
     if reason:
         return {}, f"sanitizer not run: {reason}"
-    picked = [record for record in records if record["status"] in SANITIZED_STATUSES][:budget]
     if not picked:
-        say("sanitizer: no crashed or failed cell to re-run")
+        say(f"sanitizer: no {' or '.join(statuses)} cell to re-run")
     logs.mkdir(parents=True, exist_ok=True)
     notes: dict[str, dict] = {}
     for index, record in enumerate(picked):

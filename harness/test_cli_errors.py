@@ -125,7 +125,9 @@ ROWS = [
     ("pair-cover-bad-case-file", "-m harness.pair_cover --cases-dir {d}/bad_cases",
      "python -m harness.pair_cover: {d}/bad_cases/bad.yaml: case 'c': field 'bs': expected a whole number", 2),
     # python -m harness run
-    ("harness-no-command", "-m harness", "the following arguments are required: {run,record}", 2),
+    ("harness-no-command", "-m harness", "the following arguments are required: {run,record,findings}", 2),
+    ("findings-unknown", "-m harness findings run no-such-finding", "no finding 'no-such-finding'; findings: fa-", 2),
+    ("findings-bundle-unknown", "-m harness findings bundle no-such", "argument slug: invalid choice: 'no-such'", 2),
     ("harness-unknown-command", "-m harness bogus", "invalid choice: 'bogus'", 2),
     ("run-shard-not-fraction", "-m harness run --shard x", "argument --shard: 'x': expected i/n, e.g. 1/4", 2),
     ("run-shard-out-of-range", "-m harness run --shard 3/2", "argument --shard: '3/2': i must be between 1 and n", 2),
@@ -194,7 +196,7 @@ ROWS = [
     ("pytest-known-failures-missing", f"{PYTEST} --known-failures {{d}}/nope.md",
      "ERROR: {d}/nope.md: No such file or directory", 4),
     ("pytest-unknown-sanitizer", f"{PYTEST} --sanitize bogus",
-     "ERROR: --sanitize 'bogus': expected a comma-separated list of memcheck, racecheck", 4),
+     "ERROR: --sanitize 'bogus': expected 'none' or a comma-separated list of memcheck, racecheck", 4),
     ("pytest-confirm-crashes-not-number", f"{PYTEST} --confirm-crashes x",
      "error: argument --confirm-crashes: invalid int value: 'x'", 4),
 ]

@@ -165,3 +165,28 @@ def test_sanitize_says_in_one_line_when_it_cannot_run(fake_sanitizer, tmp_path):
     assert (notes, unavailable) == ({}, "sanitizer cannot run on this machine: Error: Device not supported")
     assert sanitize(RECORDS, ["memcheck"], [], 3, tmp_path, print, has_gpu=False) == (
         {}, "sanitizer not run: no CUDA GPU on this machine (compute-sanitizer checks CUDA kernels)")
+
+
+def test_a_gpu_run_reruns_its_crashed_cells_under_memcheck_by_default(monkeypatch):
+    """Left out, --sanitize means memcheck for crashed cells on a GPU host and nothing on a CPU; 'none' is off."""
+    from harness import platform, pytest_plugin
+
+    monkeypatch.setattr(platform, "HAS_GPU", True)
+    assert pytest_plugin._sanitizer_plan(None) == (("memcheck",), ("crashed",))
+    assert pytest_plugin._sanitizer_plan("none") == ((), ())
+    assert pytest_plugin._sanitizer_plan("memcheck,racecheck") == (("memcheck", "racecheck"), ("crashed", "failed"))
+    monkeypatch.setattr(platform, "HAS_GPU", False)
+    assert pytest_plugin._sanitizer_plan(None) == ((), ())
+
+
+def test_the_default_rerun_takes_crashes_only_and_is_silent_without_one(fake_sanitizer, tmp_path):
+    from harness.sanitizer import AUTO_STATUSES, AUTO_TOOLS
+
+    fake_sanitizer()
+    said = []
+    notes, _ = sanitize(RECORDS, AUTO_TOOLS, [], budget=3, logs=tmp_path / "logs", say=said.append, has_gpu=True,
+                        statuses=AUTO_STATUSES)
+    assert list(notes) == ["b"]  # the crashed cell, not the failed one
+    quiet = sanitize([RECORDS[0], RECORDS[2]], AUTO_TOOLS, [], 3, tmp_path / "logs", said.append, has_gpu=False,
+                     statuses=AUTO_STATUSES)
+    assert quiet == ({}, None) and len(said) == 1  # no crash: no line, not even "cannot run here"
