@@ -441,6 +441,19 @@ FLASHINFER_GRAPH_WORKSPACE = (
 )
 
 
+# findings/spec-reserve-past-req-to-token-row: every speculative decode step reserves
+# committed + get_alloc_reserve_per_decode() columns of a request's req_to_token row (the double buffer
+# eagle_prepare_for_decode and DFlash's prepare_for_decode allocate), at every page size, but
+# get_req_to_token_extra_context_len widens the row for it only at page size > 1: at page size 1 a tree
+# (2 x topk x num_steps > 8 + num_draft_tokens) near the context writes its reserved slots into the next
+# row. Apply the reserve at every page size (upstream would drop the condition).
+_ALLOCATION_SIZING = "sglang.srt.mem_cache.allocation_sizing"
+SPEC_RESERVE_ROW_WIDTH = (
+    SourcePatch(_ALLOCATION_SIZING, "", "get_req_to_token_extra_context_len", (
+        Swap("page_size > 1", "> 1", ">= 1"),)),
+)
+
+
 def _apply_all(patches: tuple[SourcePatch, ...]) -> Callable[[], None]:
     def apply() -> None:
         for patch in patches:
@@ -486,42 +499,46 @@ PATCHES = {patch.patch_id: patch for patch in (
     Patch("pr26128-needs-cpu-seq-lens", "sglang#26128",
           "needs_cpu_seq_lens decision: undeclared backends treated as opting out, missing slots not skipped",
           _undeclared_backend_trusted, "gpu-only or host_mirror_contract"),
-    Patch("fa-kv-past-context", "reports/gpu/findings/fa-draft-extend-past-context",
+    Patch("fa-kv-past-context", "findings/fa-draft-extend-past-context",
           "FlashAttentionBackend (FA3, FA4) bounds a request's KV length by the req_to_token row width, "
           "not max_context_len: eager page table, CUDA-graph page tables and replay fallbacks",
           _apply_all(FA_KV_PAST_CONTEXT), "past-context and (fa3 or fa4)", kind=FIX, source=FA_KV_PAST_CONTEXT),
-    Patch("flashinfer-dflash-verify-window", "reports/gpu/findings/flashinfer-dflash-verify-window",
+    Patch("flashinfer-dflash-verify-window", "findings/flashinfer-dflash-verify-window",
           "FlashInfer plans its sliding-window wrapper with window_left for a DFlash verify too, not only "
           "without a spec input", _apply_all(FLASHINFER_DFLASH_VERIFY_WINDOW), "dflash-window and flashinfer",
           kind=FIX, source=FLASHINFER_DFLASH_VERIFY_WINDOW),
-    Patch("triton-kv-past-context", "reports/gpu/findings/triton-kv-past-context",
+    Patch("triton-kv-past-context", "findings/triton-kv-past-context",
           "TritonAttnBackend sizes the GPU-only eager kv_indices and the CUDA-graph verify mask by the "
           "req_to_token row width, not max_context_len", _apply_all(TRITON_KV_PAST_CONTEXT),
           "past-context and triton", kind=FIX, source=TRITON_KV_PAST_CONTEXT),
-    Patch("flashinfer-draft-kv-past-context", "reports/gpu/findings/flashinfer-draft-kv-past-context",
+    Patch("flashinfer-draft-kv-past-context", "findings/flashinfer-draft-kv-past-context",
           "FlashInfer's multi-step draft sizes its kv_indices rows by the req_to_token row width, not "
           "max_context_len, eager and CUDA graph", _apply_all(FLASHINFER_DRAFT_KV_PAST_CONTEXT),
           "past-context and draft_decode and flashinfer", kind=FIX, source=FLASHINFER_DRAFT_KV_PAST_CONTEXT),
-    Patch("fa4-paged-kv-cpasync", "reports/gpu/findings/fa4-paged-tma-page-tail",
+    Patch("fa4-paged-kv-cpasync", "findings/fa4-paged-tma-page-tail",
           "FA4 on sm90 loads paged KV by cp.async, which zero-fills rows past the sequence, for every page "
           "size instead of by TMA when the page equals its key tile", _apply_all(FA4_PAGED_KV_CPASYNC),
           "page-tail and fa4", kind=FIX, source=FA4_PAGED_KV_CPASYNC),
-    Patch("flashinfer-window-ragged-extend", "reports/gpu/findings/flashinfer-window-ragged-extend",
+    Patch("flashinfer-window-ragged-extend", "findings/flashinfer-window-ragged-extend",
           "FlashInfer gives each wrapper kind its own ragged wrapper and plans the window layers' one with "
           "window_left, so extend tokens of a window layer see only their window of each other",
           _apply_all(FLASHINFER_WINDOW_RAGGED_EXTEND), "past-window and flashinfer and eager and not gen51-159", kind=FIX,
           source=FLASHINFER_WINDOW_RAGGED_EXTEND),
-    Patch("flashinfer-decode-graph-kv-past-context", "reports/gpu/findings/flashinfer-decode-graph-kv-past-context",
+    Patch("flashinfer-decode-graph-kv-past-context", "findings/flashinfer-decode-graph-kv-past-context",
           "FlashInfer sizes its CUDA-graph kv_indices by the req_to_token row width, not max_context_len, so a "
           "decode row at the context wall stays inside it", _apply_all(FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT),
           "past-context and frozen_kv_mtp_draft and flashinfer", kind=FIX,
           source=FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT),
-    Patch("flashinfer-merge-state-lse-base", "reports/gpu/findings/flashinfer-merge-state-lse-base",
+    Patch("flashinfer-merge-state-lse-base", "findings/flashinfer-merge-state-lse-base",
           "FlashInfer's base-2 LSEs are converted to natural logs around sglang's Triton merge, the fallback "
           "for more query heads than FlashInfer's merge kernel launches", _apply_all(FLASHINFER_MERGE_STATE_LSE_BASE),
           "merge-state-b1k1s4p64d256h64x8 and flashinfer", kind=FIX,
           source=FLASHINFER_MERGE_STATE_LSE_BASE),
-    Patch("flashinfer-graph-workspace", "reports/gpu/findings/flashinfer-graph-workspace",
+    Patch("spec-reserve-row-width", "findings/spec-reserve-past-req-to-token-row",
+          "req_to_token rows get the decode reservation's headroom at every page size, not only above 1, so a "
+          "speculative request near the context keeps its reserved slots in its own row",
+          _apply_all(SPEC_RESERVE_ROW_WIDTH), "reserve-wall", kind=FIX, source=SPEC_RESERVE_ROW_WIDTH),
+    Patch("flashinfer-graph-workspace", "findings/flashinfer-graph-workspace",
           "FlashInfer sizes the float workspace of its CUDA-graph verify and draft-extend wrappers by the "
           "split-kv plan of the largest captured batch, not the fixed shared workspace",
           _apply_all(FLASHINFER_GRAPH_WORKSPACE), "graph-workspace and flashinfer", kind=FIX,
