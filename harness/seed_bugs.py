@@ -261,7 +261,7 @@ def _kv_bound(context: str, count: int = 1) -> Swap:
     return Swap(context, "self.max_context_len", _ROW_WIDTH, count)
 
 
-# reports/gpu/findings/fa-draft-extend-past-context: FlashAttentionBackend bounds a request's KV
+# findings/fa-draft-extend-past-context: FlashAttentionBackend bounds a request's KV
 # length by the model's context, but a speculative step reads up to committed + num_draft_tokens,
 # past it, into the headroom sglang gives every req_to_token row. Each KV-length bound becomes the
 # row width; other uses of max_context_len (the verify mask, encoder tables, FA4's captured
@@ -293,7 +293,7 @@ FA_KV_PAST_CONTEXT = (
 )
 
 
-# reports/gpu/findings/flashinfer-dflash-verify-window: the window wrapper is planned with
+# findings/flashinfer-dflash-verify-window: the window wrapper is planned with
 # window_left only without a spec input, so a DFlash verify (causal, no custom mask) runs with no
 # per-query window over keys packed from the first query's window start. Plan the window for it too.
 _FI = "sglang.srt.layers.attention.flashinfer_backend"
@@ -303,7 +303,7 @@ FLASHINFER_DFLASH_VERIFY_WINDOW = (
         '(spec_info is None or spec_info.spec_input_type.name == "DFLASH_VERIFY")'),)),
 )
 
-# reports/gpu/findings/fa4-paged-tma-page-tail: on sm90, FA4 loads paged KV by TMA when the page
+# findings/fa4-paged-tma-page-tail: on sm90, FA4 loads paged KV by TMA when the page
 # size equals its key tile, whole pages, rows past the sequence included, and multiplies their V
 # by zero weights: a non-finite value there poisons the output. Its cp.async path zero-fills those
 # rows; use it for every page size (the compile key names the path, so the kernels differ). The
@@ -314,7 +314,7 @@ FA4_PAGED_KV_CPASYNC = (
 )
 
 
-# reports/gpu/findings/triton-kv-past-context: TritonAttnBackend sizes two buffers by the model's
+# findings/triton-kv-past-context: TritonAttnBackend sizes two buffers by the model's
 # context, which a request at the context wall outgrows into the req_to_token headroom: the eager
 # kv_indices when no host length is published (the GPU-only path; the index build writes past it) and
 # the CUDA-graph verify mask (a verify's mask is num_draft_tokens x (seq_len + num_draft_tokens) a
@@ -332,7 +332,7 @@ TRITON_KV_PAST_CONTEXT = (
 )
 
 
-# reports/gpu/findings/flashinfer-draft-kv-past-context: FlashInfer's multi-step draft sizes each
+# findings/flashinfer-draft-kv-past-context: FlashInfer's multi-step draft sizes each
 # step's kv_indices row bs x topk x max_context_len, eager and CUDA graph, but a draft step reads a
 # request's committed KV plus the draft tokens, which at the context wall run into the req_to_token
 # headroom; sglang's own assert_buffer_fits stops the forward. Size the row by the row width
@@ -345,7 +345,7 @@ FLASHINFER_DRAFT_KV_PAST_CONTEXT = (
 )
 
 
-# reports/gpu/findings/flashinfer-window-ragged-extend: an extend over a window model runs its extend
+# findings/flashinfer-window-ragged-extend: an extend over a window model runs its extend
 # tokens against each other through one ragged wrapper, planned once for every layer kind and
 # without window_left; FlashInfer picks the kernel at plan time, so the window layers' extend tokens
 # see every earlier extend token, not the last window of them. Give each wrapper kind its own ragged
@@ -391,7 +391,7 @@ FLASHINFER_WINDOW_RAGGED_EXTEND = (
 )
 
 
-# reports/gpu/findings/flashinfer-decode-graph-kv-past-context: the single-step backend's CUDA-graph
+# findings/flashinfer-decode-graph-kv-past-context: the single-step backend's CUDA-graph
 # kv_indices hold max_num_tokens x max_context_len, but a decode row at the context wall under
 # speculative decoding (a frozen-KV MTP draft step) reads into the req_to_token headroom, and the
 # index build writes past the buffer unchecked. Size it by the row width, as the multi-step fix does.
@@ -402,7 +402,7 @@ FLASHINFER_DECODE_GRAPH_KV_PAST_CONTEXT = (
 )
 
 
-# reports/gpu/findings/flashinfer-merge-state-lse-base: forward_extend merges its ragged and paged parts
+# findings/flashinfer-merge-state-lse-base: forward_extend merges its ragged and paged parts
 # with FlashInfer's merge_state, or, above 8192 / head_dim heads (its launch limit), with sglang's
 # merge_state_triton. FlashInfer's LSEs are base 2 and the Triton kernel works in natural logs, so the
 # fallback weighs the parts wrongly wherever both hold keys. Convert around the fallback.
@@ -416,7 +416,7 @@ FLASHINFER_MERGE_STATE_LSE_BASE = (
 )
 
 
-# reports/gpu/findings/flashinfer-graph-workspace: the CUDA-graph verify and draft-extend wrappers plan
+# findings/flashinfer-graph-workspace: the CUDA-graph verify and draft-extend wrappers plan
 # split-kv in the shared float workspace (SGLANG_FLASHINFER_WORKSPACE_SIZE, 384 MiB), which nothing
 # sizes by heads, head_dim or the captured batch; wide models outgrow it at capture. sglang already
 # sizes the plain-EXTEND graph workspace by FlashInfer's formula: size these graphs' by it too, with a
