@@ -14,52 +14,12 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from harness.case_spec import CaseSpec, default_capture_sizes, max_request_len
-from harness.releases import since
+from harness.case_spec import CaseSpec, default_capture_sizes
 from harness.runners import GRAPH_RUNNER_NAMES
+from harness.scheduler_rules import IN_FLIGHT_BELOW_MAX_REQ_LEN, max_committed_prefix
 
 if TYPE_CHECKING:
     from harness.modes.base import SpecMode
-
-
-# Tokens of a req_to_token row past the context that hold no draft token: sglang sizes every row
-# context_len + 4 + num_draft_tokens, or more (allocation_sizing.get_req_to_token_extra_context_len,
-# its "FIXME(lsyin): temporary fix for the context length issue under spec decoding").
-ROW_SPARE = 4
-
-# How far below max_req_len a request's committed length is when it starts the step in flight as
-# the scheduler builds the next batch (see max_committed_prefix): 0.5.17-0.5.21 build it from every
-# unfinished request; from 0.5.22 Scheduler._reqs_finishing_inflight leaves out those whose next
-# token finishes them by length.
-IN_FLIGHT_BELOW_MAX_REQ_LEN = since({"0.5.17": 3, "0.5.22": 4})
-
-
-def max_committed_prefix(context_len: int, most_committed: int, release: str | None = None) -> int:
-    """The longest committed prefix a request has when a speculative step (draft, verify, draft
-    extend) runs on it, for a model of ``context_len`` and steps committing at most ``most_committed``
-    tokens (SpecMode.most_committed), under the installed sglang (or ``release``'s rules); every
-    mode's forward is built on that committed length.
-
-    From sglang's source, with M = max_new_tokens and n the output tokens the scheduler has processed:
-    - Scheduler.init_req_max_new_tokens clamps M to max_req_len - len(prompt) - 1;
-    - a request with n output tokens has n - 1 of them in its KV (the last one is the next step's
-      root: eagle_worker_v2 "batch.seq_lens = length BEFORE this iter's tokens"), so its committed
-      length is len(prompt) + n - 1;
-    - Req.update_finish_state finishes it once n >= M. Without overlap no step runs after that, so
-      a step runs on at most n = M - 1: committed <= max_req_len - 3;
-    - with overlap (the default: event_loop_overlap) the step in flight is not processed when the
-      next batch is built, so a request runs one more step after one that committed up to
-      ``most_committed`` tokens (the lag get_alloc_reserve_per_decode's double buffer absorbs).
-      0.5.17-0.5.21 keep every request not yet finished (n <= M - 1); 0.5.22+ drop those whose
-      next token finishes them (Req.next_output_finishes_by_length: n + 1 >= M), keeping n <= M - 2:
-      committed <= max_req_len - IN_FLIGHT_BELOW_MAX_REQ_LEN + most_committed.
-    The overlap bound is the larger for every step size. It is capped at context_len + ROW_SPARE,
-    where a step's window still fits every row sglang sizes: with steps of 10 or more tokens at
-    page size 1, eagle_prepare_for_decode's reserve (committed + 2 x the step's allocation) would
-    reach past the row itself, a different hazard the harness's pools (sglang's) cannot hold.
-    """
-    below = IN_FLIGHT_BELOW_MAX_REQ_LEN.at(release) if release else IN_FLIGHT_BELOW_MAX_REQ_LEN.value
-    return min(max_request_len(context_len) - below + most_committed, context_len + ROW_SPARE)
 
 
 @dataclass(frozen=True)
@@ -82,6 +42,7 @@ class Range:
 
 
 MAX_ROW_TOKENS = 131_072
+MAX_STEP_TOKENS = 256  # the longest window a case's step brings (FIELD_RANGES input_lens)
 _LONGEST = ("128K tokens is the context window of most long-context models; a longer row is "
             "usually a typo, and the memory check bounds what a cell may allocate")
 _GRAPH_BS = ("sglang 0.5.17 captures decode CUDA graphs for at most 512 requests; "
@@ -90,9 +51,9 @@ _GRAPH_BS = ("sglang 0.5.17 captures decode CUDA graphs for at most 512 requests
 FIELD_RANGES: dict[str, Range] = {
     "bs": Range(1, 512, _GRAPH_BS),
     "capture_bs": Range(1, 512, _GRAPH_BS),
-    "prefix_lens": Range(0, MAX_ROW_TOKENS + ROW_SPARE,
-                         f"{_LONGEST}; a model of that context commits at most {ROW_SPARE} tokens more "
-                         "(max_committed_prefix)"),
+    "prefix_lens": Range(0, MAX_ROW_TOKENS + MAX_STEP_TOKENS,
+                         f"{_LONGEST}; a request of a model of that context commits fewer than {MAX_STEP_TOKENS} "
+                         "tokens more, the longest window one step commits (scheduler_rules.max_committed_prefix)"),
     "context_len": Range(0, MAX_ROW_TOKENS + 1024,
                          "the longest prefix, 131,072 tokens, plus room for its draft tokens"),
     "input_lens": Range(1, 256, "the verify / draft-extend window is speculative_num_draft_tokens "
@@ -248,8 +209,8 @@ def _past_the_wall(mode: "SpecMode", spec: CaseSpec) -> str | None:
             f"{spec.context_len}: a speculative step runs on at most max_req_len - {below} + {most} = {wall} "
             f"committed tokens (max_req_len = context_len - 1; max_new_tokens <= max_req_len - prompt - 1; under "
             f"overlap a request runs one more step from max_req_len - {below} committed, after one that "
-            f"committed at most {most} tokens: {mode.most_committed_why}), and no more than context_len + "
-            f"{ROW_SPARE}; give prefixes <= {wall}, or a larger context_len")
+            f"committed at most {most} tokens: {mode.most_committed_why}; harness/scheduler_rules.py); give "
+            f"prefixes <= {wall}, or a larger context_len")
 
 
 def _gib(size: int) -> str:

@@ -78,7 +78,7 @@ class CaseSpec(BaseModel):
     context_len: int = Field(
         default=0, description="the model's context length: backends size their buffers from it, and each "
         "req_to_token row gets sglang's speculative headroom on top; a prefix is at most what a request has "
-        "committed when a speculative step runs (case_limits.max_committed_prefix: context_len - 5 + the most "
+        "committed when a speculative step runs (scheduler_rules.max_committed_prefix: context_len - 5 + the most "
         "tokens one step commits, - 4 + before sglang 0.5.22); 0 = 4096, doubled until the longest prefix is at most context_len - 4 "
         "(never just fits the case)")
     draft_window: int = Field(
@@ -123,7 +123,7 @@ class CaseSpec(BaseModel):
     def model_context_len(self) -> int:
         """The model's context length: the case's, or the default doubled until the longest prefix is
         committed in every speculative configuration (context_len - 4, the wall without overlap, never
-        above the wall of steps of one token; harness/case_limits.py max_committed_prefix).
+        above the wall of steps of one token; harness/scheduler_rules.py max_committed_prefix).
 
         Never derived to just fit the case: backends size their buffers from it as they do in production.
         """

@@ -3,7 +3,7 @@
 Each draw is one cell's worth of case: a mode, a model shape, a batch and the one (backend,
 runner form, capture size, padding) it runs with. Lengths are drawn from the values backends
 size buffers and bounds from: the model's context wall (the longest committed prefix a
-speculative step runs on, case_limits.max_committed_prefix) and one token short of it, page
+speculative step runs on, scheduler_rules.max_committed_prefix) and one token short of it, page
 boundaries, sglang's capture sizes and their neighbours, the shortest prefixes a mode runs on
 (0 and 1 tokens; 1 and 2 in draft decode, whose committed length is never 0), one request and
 many. Head shapes and the model's sliding window come as the profile gives them
@@ -31,7 +31,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from harness.case_limits import max_committed_prefix
+from harness.scheduler_rules import max_committed_prefix
 from harness.case_spec import HostMirrors, KvLayout, PadStyle
 from harness.cases import spec_from_fields, spec_problem
 from harness.cell_matrix import combination_skip_reason

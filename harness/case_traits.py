@@ -14,6 +14,7 @@ from typing import Callable
 
 from harness.case_spec import Case
 from harness.modes import MODES
+from harness.scheduler_rules import production_row_lens
 
 
 def furthest_row_position(case: Case) -> int:
@@ -61,6 +62,15 @@ TRAITS: dict[str, CaseTrait] = {trait.name: trait for trait in (
         "every req_to_token row speculative headroom past context_len (allocation_sizing), and a request "
         "at the context wall uses it, while backends that size their tables by context_len end there",
         lambda case: furthest_row_position(case) > case.spec.model_context_len,
+    ),
+    CaseTrait(
+        "reserve-past-row",
+        "at page size 1, a row production reaches while a step runs (its window and the decode reservation, "
+        "harness/scheduler_rules.py) is longer than the context + 4 + num_draft_tokens columns sglang gives a "
+        "row there (allocation_sizing.get_req_to_token_extra_context_len widens it by the reserve only above "
+        "page size 1)",
+        lambda case: case.spec.page_size == 1 and max(production_row_lens(MODES[case.mode], case.spec)) > (
+            case.spec.model_context_len + 4 + MODES[case.mode].num_draft_tokens(case.spec)),
     ),
     CaseTrait(
         "window-inside-extend",

@@ -121,3 +121,20 @@ def _check_capacity(buffer, capture_bs: int, topk: int, context_len: int, multi_
             f"init_cuda_graph_state: cuda_graph_kv_indices {'row ' if multi_step else ''}holds {per_row} "
             f"indices, but {capture_bs} captured requests x {topk if multi_step else 1} branches x "
             f"context {context_len} need {needed}")
+
+
+def check_row_capacity(needed: list[int], prefixes: list[int], context_len: int, width: int) -> None:
+    """Raise when sglang's req_to_token rows (``width`` columns, as its model runner sizes the pool)
+    cannot hold a row production reaches: ``needed`` per request (harness/scheduler_rules.py
+    production_row_lens), each with its committed prefix. The message names every short row and by how much."""
+    short = [(request, row, prefix) for request, (row, prefix) in enumerate(zip(needed, prefixes)) if row > width]
+    if not short:
+        return
+    request, row, prefix = max(short, key=lambda item: item[1])
+    others = f"; {len(short) - 1} more request(s) short too" if len(short) > 1 else ""
+    raise InvariantViolation(
+        f"req_to_token capacity: sglang sizes a row {width} columns (model context {context_len} + {width - context_len} "
+        f"of headroom, allocation_sizing.get_req_to_token_extra_context_len), but request {request} (committed "
+        f"{prefix}) needs {row} while its step runs (its window and the decode reservation, in whole pages: "
+        f"harness/scheduler_rules.py): {row - width} column(s) short, which production writes into the next "
+        f"request's row{others}")

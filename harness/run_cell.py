@@ -32,9 +32,10 @@ from harness.cell_matrix import Cell, ReplayBatch, cell_batch, replay_batches, s
 from harness.compare import HALF_ULP, CellResult, compare
 from harness.modes import MODES
 from harness.modes.base import SpecMode
-from harness.invariants import check_backend
-from harness.pools import BatchState, StepInputs, build_layout, build_state, draw_inputs
+from harness.invariants import check_backend, check_row_capacity
+from harness.pools import BatchState, StepInputs, build_layout, build_state, draw_inputs, req_to_token_width
 from harness.results import PhaseClock
+from harness.scheduler_rules import production_row_lens
 from harness.runners import RUNNER_FORMS
 from harness.runners.cuda_graph import CapturedGraph, GraphPlan
 from harness.sglang_env import (layer_sliding_window, model_runner, scheduler_keeps_host_mirrors, server_fields,
@@ -201,6 +202,8 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
                                   extra_rows=extra_rows)
             server_args = stack.enter_context(
                 sglang_state(server_fields(first, entry.server_arg, mode.speculative_args(first))))
+            check_row_capacity(production_row_lens(mode, pool_spec), pool_spec.prefix_lens,
+                               pool_spec.model_context_len, req_to_token_width(pool_spec, server_args))
             state = build_state(pool_spec, layout, row_lens, platform.DEVICE, server_args)
             starts = itertools.accumulate((spec.bs for spec in specs), initial=0)
             states = [_batch_view(state, spec, slice(start, start + spec.bs)) for spec, start in zip(specs, starts)]

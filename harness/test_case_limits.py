@@ -8,13 +8,12 @@ runs) and compares the bytes of each distinct storage the estimate models with t
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
 
 from harness.backends import BACKENDS
-from harness.case_limits import BUFFERS, ROW_SPARE, largest_cell_sizes, max_committed_prefix
+from harness.case_limits import BUFFERS, largest_cell_sizes
 from harness.cases import spec_from_fields
 from harness.modes import MODES
 from harness.cell_matrix import with_small_real_requests
@@ -56,40 +55,3 @@ def test_estimate_matches_what_a_cell_allocates(mode_name):
     graph_owned = _storages([tensor for tensor in graph_state if isinstance(tensor, torch.Tensor)])
     for estimate, allocated in ((pool, owned), (req_to_token, indices), (sum(graph), graph_owned)):
         assert 0.85 <= estimate / sum(allocated.values()) <= 1.15, (mode_name, estimate, sum(allocated.values()))
-
-
-def _longest_committed_at_a_step(context_len: int, most: int, overlap: bool, skips_finishing: bool) -> int:
-    """Brute force over prompts, max_new_tokens and accept runs of sglang's scheduling rules as
-    case_limits.max_committed_prefix states them: the committed length of every step a request runs."""
-    max_req_len, longest = context_len - 1, 0
-    for prompt in range(1, 6):
-        limit = max_req_len - prompt - 1  # Scheduler.init_req_max_new_tokens's clamp of max_new_tokens
-        for accepts in itertools.product(range(1, most + 1), repeat=4):  # tokens each step commits
-            processed, committed, in_flight = 1, prompt, None  # after prefill: one output, the prompt in the KV
-            steps = itertools.cycle(accepts)
-            while processed < limit and not (in_flight and skips_finishing and processed + 1 >= limit):
-                longest = max(longest, committed)  # a step runs on this committed length
-                accepted = next(steps)
-                committed += accepted
-                if overlap:  # the step before this one is processed once this one is launched
-                    processed, in_flight = processed + (in_flight or 0), accepted
-                else:
-                    processed += accepted
-    return longest
-
-
-@pytest.mark.parametrize("release, skips_finishing", [("0.5.17", False), ("0.5.22", True)])
-@pytest.mark.parametrize("most", [1, 2, 3, 4, 8])
-def test_context_wall_is_the_longest_committed_length_a_step_runs_on(most, release, skips_finishing):
-    context_len = 64
-    longest = max(_longest_committed_at_a_step(context_len, most, overlap, skips_finishing) for overlap in (0, 1))
-    assert max_committed_prefix(context_len, most, release) == longest
-    assert _longest_committed_at_a_step(context_len, most, False, skips_finishing) == context_len - 4
-
-
-def test_context_wall_for_the_usual_step_sizes():
-    assert max_committed_prefix(4096, 4, "0.5.23") == 4095  # EAGLE topk 1, 3 steps: context_len - 1
-    assert max_committed_prefix(4096, 8, "0.5.23") == 4099  # 7 steps: past the context
-    assert max_committed_prefix(4096, 3, "0.5.23") == 4094  # a tree 2 drafts deep
-    assert max_committed_prefix(4096, 3, "0.5.17") == 4095  # before 0.5.22 a finishing request ran one more step
-    assert max_committed_prefix(4096, 40, "0.5.23") == 4096 + ROW_SPARE  # no further than sglang's row holds

@@ -115,7 +115,7 @@ REACHED = {
 
 @pytest.mark.parametrize("what", REACHED)
 def test_draws_reach_the_context_wall(what):
-    """The generator draws prefixes at the context wall (case_limits.max_committed_prefix) and one token
+    """The generator draws prefixes at the context wall (scheduler_rules.max_committed_prefix) and one token
     short of it, and so steps whose window reads past context_len into sglang's row headroom; searched
     rather than counted in a tier, where the cost caps make wall draws rare on the CPU profile."""
     decode_capture_sizes(DEFAULT_DECODE_MAX_BS)  # imports sglang outside the strategy (generated.py)

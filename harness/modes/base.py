@@ -41,9 +41,10 @@ class SpecMode(Protocol):
     takes_draft_window: bool  # draft_window / draft_sink apply (the multi-step draft decode)
     windowed: bool  # a case gives input_lens (the window each request brings)
     min_prefix_len: int  # the shortest committed prefix production runs this mode on
+    reserves_decode_kv: bool  # its worker's decode step reserves KV past the committed length (scheduler_rules)
     most_committed_why: str  # why one step commits at most most_committed tokens (for error lines)
 
-    def most_committed(self, num_steps: int, window: int | None) -> int: ...  # see case_limits.max_committed_prefix
+    def most_committed(self, num_steps: int, window: int | None) -> int: ...  # see scheduler_rules.max_committed_prefix
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def speculative_args(self, spec: CaseSpec) -> dict: ...  # --speculative-* server args
     def worker_skip_reason(self, server_arg: str, graph: bool, spec: CaseSpec) -> str | None: ...
@@ -78,6 +79,9 @@ class ModeDefaults:
     takes_draft_window = False
     windowed = False
     min_prefix_len = 0  # only draft decode (and frozen-KV MTP drafts) shown never to run on an empty prefix
+    # eagle_prepare_for_decode's double buffer (EAGLE, NGRAM, frozen-KV MTP); DFlash's modes put their
+    # own reservation in their row_lens instead
+    reserves_decode_kv = True
     most_committed_why = EAGLE_MOST_COMMITTED_WHY
 
     def worker_skip_reason(self, server_arg: str, graph: bool, spec: CaseSpec) -> str | None:

@@ -20,7 +20,10 @@ never passes a None mirror, so host_mirrors: none is refused.
 Each decode step reserves 2 x block KV slots per request (dflash_info_v2.py
 DFlashDraftInputV2.prepare_for_decode, reserve = 2 * block_size), page-aligned from sglang
 0.5.19 (page_aligned_decode_alloc_lens), plain committed + 2 x block before: a request's row
-holds the reservation, slots the allocator owns that nothing has written.
+holds the reservation, slots the allocator owns that nothing has written. Where sglang's
+req_to_token row is too narrow for it (page size 1: 4 + block columns past the context against a
+reserve of 2 x block), the cell fails its row-capacity check (harness/invariants.py), as
+production writes the rest into the next request's row (findings/spec-reserve-past-req-to-token-row).
 """
 
 from __future__ import annotations
@@ -51,13 +54,6 @@ def _reserved_page_aligned(prefix: int, block: int, page_size: int) -> int:
 RESERVED_LEN = since({"0.5.17": _reserved_unaligned, "0.5.19": _reserved_page_aligned})
 
 
-def row_headroom(block: int, page_size: int) -> int:
-    """Columns sglang gives a req_to_token row past context_len for DFlash
-    (mem_cache/allocation_sizing.get_req_to_token_extra_context_len: 4 + num_draft_tokens; at
-    page > 1 at least get_alloc_reserve_per_decode + page - 1 = 2 x block + page - 1)."""
-    return 4 + block if page_size == 1 else max(4 + block, 2 * block + page_size - 1)
-
-
 class DFlashVerify(WindowedMode):
     name = "dflash_verify"
     backend_role = "target"
@@ -67,6 +63,7 @@ class DFlashVerify(WindowedMode):
     # Host-mirror dtypes as the worker builds them: committed (int64) + block, or nxt_kv_lens_cpu (int32).
     mirror_dtypes = {"full": torch.int64, "gpu_only": torch.int32}
     most_committed_why = "a DFlash verify commits at most its block (the accepted drafts and the bonus token)"
+    reserves_decode_kv = False  # its row_lens hold DFlash's own reservation (RESERVED_LEN)
 
     def most_committed(self, num_steps: int, window: int | None) -> int:
         return window or 1
@@ -81,19 +78,6 @@ class DFlashVerify(WindowedMode):
         if case.host_mirrors == "none":
             return ("host_mirrors: the DFlash worker always hands the backend host lengths (committed + block, "
                     "or the reservation on the GPU-only path); 'none' is no state it produces")
-        return self.reservation_problem(case)
-
-    def reservation_problem(self, case: CaseSpec) -> str | None:
-        """A reservation past the req_to_token row: sglang would write it into the next row."""
-        block, page = case.window, case.page_size
-        width = case.model_context_len + row_headroom(block, page)
-        for index, prefix in enumerate(case.prefix_lens):
-            reserved = RESERVED_LEN.value(prefix, block, page)
-            if reserved > width:
-                return (f"prefix_lens: item {index + 1}: {prefix} tokens and DFlash's 2 x block reservation take "
-                        f"{reserved} slots (dflash_info_v2.prepare_for_decode), past the {width} columns of "
-                        f"sglang's req_to_token row (context_len + get_req_to_token_extra_context_len); sglang "
-                        f"has no guard and would write the rest into the next request's row; use a shorter prefix")
         return None
 
     def speculative_args(self, spec: CaseSpec) -> dict:
