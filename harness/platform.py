@@ -11,6 +11,7 @@ import functools
 import importlib.metadata
 import os
 import shutil
+import warnings
 
 def _has_cuda_driver() -> bool:
     """Decide GPU vs CPU without importing torch (which would freeze Triton's mode)."""
@@ -24,6 +25,9 @@ def _has_cuda_driver() -> bool:
 HAS_GPU = _has_cuda_driver()
 if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # sglang says at import, on any machine without a GPU, that its AWQ and GGUF quantization need one:
+    # nothing a user of the harness can act on (no cell quantizes).
+    warnings.filterwarnings("ignore", message=r"Only CUDA.* support (AWQ|GGUF)", category=UserWarning)
 
 DEVICE = "cuda" if HAS_GPU else "cpu"
 
