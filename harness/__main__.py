@@ -13,6 +13,7 @@ copies a run's outputs into the tracked reports/ and regenerates the docs matrix
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,8 +21,7 @@ import sys
 from harness import ROOT, cli, findings, gpu_slots, platform
 from harness.record import RECORDED, NothingToRecord, record
 from harness.reporting.cell_schema import load_results
-from harness.reporting.totals import totals_line
-from harness.results import OUTPUT_DIR, RUN_ID_ENV, SECTION, run_folder, run_id
+from harness.results import OUTPUT_DIR, RUN_ID_ENV, SECTION, narrowed_by, run_folder, run_id
 
 
 def _step(*args: str) -> int:
@@ -48,6 +48,9 @@ def build_parser() -> cli.Parser:
     keep.add_argument("--section", choices=tuple(RECORDED), required=True)
     keep.add_argument("--from", dest="source", type=cli.input_folder, default=None,
                       help="the run's output folder (default out/<section>)")
+    keep.add_argument("--partial", action="store_true",
+                      help="record a run of a part of the matrix (-k, --cases-dir, a shard) over recorded results of "
+                           "the whole, on purpose")
     keep.set_defaults(func=record_run)
     findings.add_commands(commands)
     return parser
@@ -72,10 +75,14 @@ def run_matrix(args) -> int:
     if tests in cli.NO_CELL_RAN or not cells.is_dir():  # an interrupted run still has cells to report
         stopped = cli.pytest_stopped(tests, "python -m harness run")
         print(f"{stopped or 'python -m harness run: pytest recorded no cell'}; no reports written", file=sys.stderr)
+        _drop_empty(cells)
         return tests or 1
+    part = narrowed_by(_selection_of(cells))
+    if part:  # a part of the matrix is written beside the last run of the whole, never over it
+        out = OUTPUT_DIR / f"{args.section}-partial"
     results = str(out / "results.json")
     steps = [
-        ("merge", str(cells), "--out-dir", str(out)),
+        ("merge", str(cells), "--out-dir", str(out), "--no-totals"),
         ("summary", "--results", results, "--out", str(out / "SUMMARY.md")),
         ("heatmap", "--results", results, "--out", str(out / "matrix.png")),
         ("coverage", "--cases-dir", cases_dir(args.pytest_args), "--out", str(out / "COVERAGE.md")),
@@ -83,17 +90,31 @@ def run_matrix(args) -> int:
     for step in steps:
         if _step(sys.executable, "-m", "harness.reporting", *step):
             return 1
-    print(f"reports written to {out}; to record them: python -m harness record --section {args.section}")
-    cells = load_results(out / "results.json")["cells"]
-    print(totals_line(cells, str(out / "SUMMARY.md")))
-    not_run = any(cell["status"] == "not_run" for cell in cells)
+    if part:
+        print(f"reports written to {out}: this run selected {part}, a part of the matrix; "
+              f"{OUTPUT_DIR / args.section} keeps the last run of the whole")
+    else:
+        print(f"reports written to {out}; to record them: python -m harness record --section {args.section}")
+    not_run = any(cell["status"] == "not_run" for cell in load_results(out / "results.json")["cells"])
     return tests or int(not_run)
+
+
+def _selection_of(cells_folder) -> dict | None:
+    """What the run in this folder selected (its run.json), or None where it wrote none."""
+    path = cells_folder / "run.json"
+    return json.loads(path.read_text()).get("selection") if path.is_file() else None
+
+
+def _drop_empty(folder) -> None:
+    """A run that recorded nothing leaves no empty run folder behind."""
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def record_run(args) -> int:
     source = args.source or OUTPUT_DIR / args.section
     try:
-        written = record(args.section, source)
+        written = record(args.section, source, partial=args.partial)
     except NothingToRecord as problem:
         print(f"python -m harness record: {problem}", file=sys.stderr)
         return 2

@@ -531,17 +531,18 @@ def match(entries: Iterable[KnownFailure], cell: Mapping, release: str | None = 
     return next((entry for entry in entries if entry.matches(cell, release)), None)
 
 
-def stale(entries: Iterable[KnownFailure], executed_cells: Iterable[Mapping],
-          release: str | None = None) -> list[KnownFailure]:
-    """Entries that match none of the executed cells: fixed, renamed, or mistyped. An entry for
-    other releases than the run's (``release``, default the installed one) is not stale here: its bug
-    is not in this release; nor is an entry for generated cases alone in a run without a generated
-    tier, nor one for hand-made cases in a run of the generated tier alone: it had nothing to match.
+def stale(entries: Iterable[KnownFailure], cells: Iterable[Mapping], release: str | None = None) -> list[KnownFailure]:
+    """Entries that select none of ``cells``, the cells of a run of the whole matrix (collected, whatever
+    became of them): fixed and removed, renamed, or mistyped. An entry whose cells were collected and
+    skipped here (a GPU entry on a CPU) is not stale: this machine cannot judge it. Nor is an entry for
+    other releases than the run's (``release``, default the installed one), one for generated cases alone
+    in a run without a generated tier, or one for hand-made cases in a run of the generated tier alone.
+    A run of a part of the matrix judges no entry (harness/results.py partial_because).
 
     Takes the cells rather than their ids because an entry selects on backend, mode and runner,
     which an id does not spell out reliably.
     """
-    cells = list(executed_cells)
+    cells = list(cells)
     drawn = [cell["case"].startswith(GENERATED_CASES) for cell in cells]
     generated_run, hand_run = any(drawn), not all(drawn)
     return [entry for entry in entries

@@ -34,7 +34,8 @@ from harness.pools import DRAW_PLACES, DRAWS_ENV
 from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summary, confirm_crashes
 from harness.reporting.per_backend import per_backend_lines
 from harness.reporting.totals import totals_line
-from harness.results import append_record, cell_record, read_records, run_dir, run_id, write_notes, write_run_info
+from harness.results import (append_record, cell_record, partial_because, read_records, run_dir, run_id, selection,
+                             write_notes, write_run_info)
 from harness.sanitizer import AUTO_STATUSES, AUTO_TOOLS, SANITIZE_MAX_DEFAULT, SANITIZED_STATUSES, TOOL_FLAGS, sanitize
 from harness.seed_bugs import ReplayError, apply_requested
 from harness.warmup import compiling_alone, plan_warm_up, wait_for_warm_up
@@ -409,9 +410,12 @@ def pytest_terminal_summary(terminalreporter, config):
     if passed_over:
         terminalreporter.write_line("generated tier: passed over draws known to fail: " + ", ".join(
             f"{entry_id} ({count})" for entry_id, count in sorted(passed_over.items())))
-    for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells]):
-        if entry.id not in passed_over:
-            terminalreporter.write_line(f"STALE known failure {entry.id}: matches no cell of this run", yellow=True)
+    if partial_because([{"selection": _selection(config)}]) is None:  # staleness is judged on the whole matrix
+        unmet = [entry.id for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells])
+                 if entry.id not in passed_over]
+        if unmet:
+            terminalreporter.write_line(f"STALE known failures (the whole matrix has no cell they select): "
+                                        f"{', '.join(unmet)}", yellow=True)
     records = getattr(config, "_attn_records", None)  # the cells the last line accounts for (pytest_sessionfinish)
     if records:
         terminalreporter.write_sep("-", "attn-harness cells per backend")
@@ -469,12 +473,19 @@ def pytest_sessionfinish(session):
         "replay": config.getoption("--replay"),
         "fix": config.getoption("--apply-fix"),
         "generated": getattr(config, "_attn_generated", None),  # harness/generated_plugin.py
+        "selection": _selection(config),
         "wall_s": round(time.time() - config._attn_started, 2),
         "warm_up": config._attn_warm_up.as_report() if hasattr(config, "_attn_warm_up") else None,
         "collected": len(records), "not_run": not_run, "worker_crashes": ledger.worker_deaths,
         "notes": run_notes,
     }
     write_run_info(info)
+
+
+def _selection(config) -> dict:
+    return selection(config.option.keyword, config.option.markexpr, getattr(config.option, "deselect", None),
+                     config.getoption("--cases-dir"), CASES_DIR, bool(config.getoption("--generated-only")),
+                     config._attn_shard)
 
 
 def pytest_unconfigure(config):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.reporting.cell_schema import load_results
 from harness.reporting.readme_matrix import MATRIX_PAGE, SECTIONS, page_with_matrix
-from harness.results import RECORDED_DIR
+from harness.results import RECORDED_DIR, partial_because
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,29 @@ class NothingToRecord(Exception):
     """The run folder holds none of the files its section keeps; the message says what would."""
 
 
-def record(section: str, source: Path, recorded: Path = RECORDED_DIR, page: Path = MATRIX_PAGE) -> list[Path]:
-    """Copy the section's kept files from `source` into `recorded`/<section>/; return what was written."""
+class PartOverWhole(NothingToRecord):
+    """The run covered a part of the matrix, and the recorded results a whole one: recording would
+    replace the whole matrix with the part. The message says how to do it on purpose."""
+
+
+def _refuse_part_over_whole(section: str, source: Path, target: Path) -> None:
+    """Raise PartOverWhole when `source`'s results are a part of the matrix and `target`'s the whole."""
+    if not (source / RESULTS).is_file() or not (target / RESULTS).is_file():
+        return
+    part = partial_because(load_results(source / RESULTS)["runs"])
+    if part and partial_because(load_results(target / RESULTS)["runs"]) is None:
+        raise PartOverWhole(f"{source}: not recorded: {part}, and {target} holds a run of the whole matrix, which it "
+                            f"would replace; to record it anyway: python -m harness record --section {section} "
+                            f"--from {source} --partial")
+
+
+def record(section: str, source: Path, recorded: Path = RECORDED_DIR, page: Path = MATRIX_PAGE,
+           partial: bool = False) -> list[Path]:
+    """Copy the section's kept files from `source` into `recorded`/<section>/; return what was written.
+    A run of a part of the matrix does not replace a recorded whole one unless ``partial`` says so."""
     target = recorded / section
+    if not partial:
+        _refuse_part_over_whole(section, source, target)
     found = [path for kept in RECORDED[section] for path in sorted(source.glob(kept.pattern)) if path.is_file()]
     if not found:
         expected = "; ".join(f"{kept.pattern} ({kept.written_by})" for kept in RECORDED[section])

@@ -11,7 +11,7 @@ Files, each written as soon as its facts are known so that a crash loses nothing
   controller for a cell whose process died, or that never ran).
 - `notes-<name>.json`: fields added to cells' records after the run (crash attribution,
   sanitizer findings), keyed by cell id; merge folds them into results.json.
-- `run.json`: the run's facts (device, versions, command, wall time).
+- `run.json`: the run's facts (device, versions, command, wall time, and what it selected).
 harness/reporting reads them back.
 
 Phase timings (``phase_s`` in a record) say where a cell's time goes: wall seconds per phase,
@@ -114,6 +114,42 @@ def write_run_info(info: dict) -> Path:
     path = run_dir() / "run.json"
     path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def selection(keyword: str, markexpr: str, deselect, cases_dir: str, default_cases_dir: Path,
+              generated_only: bool, shard: tuple[int, int]) -> dict:
+    """What a run selected of the matrix, as run.json keeps it: the options that narrow it."""
+    own = Path(cases_dir).resolve() != default_cases_dir.resolve()
+    return {"keyword": keyword or None, "markexpr": markexpr or None, "deselect": list(deselect or []) or None,
+            "cases_dir": cases_dir if own else None, "generated_only": generated_only,
+            "shard": f"{shard[0]}/{shard[1]}"}
+
+
+def narrowed_by(chosen: dict | None) -> str | None:
+    """The options with which a run selected a part of the matrix (its shard aside), or None for all of it.
+    A run.json without a selection predates it and counts as the whole matrix."""
+    if not chosen:
+        return None
+    parts = [f"-k {chosen['keyword']!r}" if chosen.get("keyword") else "",
+             f"-m {chosen['markexpr']!r}" if chosen.get("markexpr") else "",
+             f"--deselect ({len(chosen['deselect'])})" if chosen.get("deselect") else "",
+             f"--cases-dir {chosen['cases_dir']}" if chosen.get("cases_dir") else "",
+             "--generated-only" if chosen.get("generated_only") else ""]
+    return " ".join(part for part in parts if part) or None
+
+
+def partial_because(runs: list[dict]) -> str | None:
+    """Why a results.json's runs together are not the whole matrix, or None when they are: one of them
+    selected a part of it, or their shards leave some out."""
+    for run in runs:
+        narrowed = narrowed_by(run.get("selection"))
+        if narrowed:
+            return f"run {run.get('run_id', '?')} selected {narrowed}"
+    shards = {tuple(map(int, run["selection"]["shard"].split("/"))) for run in runs if run.get("selection")}
+    counts = {n for _, n in shards}
+    if shards and (len(counts) > 1 or {i for i, _ in shards} != set(range(1, max(counts) + 1))):
+        return f"its runs hold shards {', '.join(f'{i}/{n}' for i, n in sorted(shards))} of the matrix"
+    return None
 
 
 PHASES = (

@@ -6,6 +6,7 @@ copies what RECORDED keeps into reports/<section>/ and regenerates the docs matr
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,8 +15,8 @@ import sys
 import pytest
 
 from harness import ROOT
-from harness.record import RECORDED, NothingToRecord, record
-from harness.reporting.test_reporting import CELLS, README, write_results
+from harness.record import RECORDED, NothingToRecord, PartOverWhole, record
+from harness.reporting.test_reporting import CELLS, README, RUN, write_results
 from harness.results import OUTPUT_DIR, RUN_ID_ENV
 
 # One cheap cell of the real matrix (float32 Triton, eager: it runs on the CPU interpreter too).
@@ -45,6 +46,19 @@ def test_record_copies_what_the_section_keeps_and_regenerates_the_matrix(run_fol
     assert not (recorded / "gpu" / "DIGEST.md").exists()  # not in the table: a run's own output only
     assert (recorded / "gpu" / "BENCH.md").read_text() == "earlier sessions\n"  # not written again: kept
     assert page not in record("gpu", run_folder, recorded, page)  # the page is already current
+
+
+def test_a_part_of_the_matrix_does_not_replace_a_recorded_whole_unless_asked(run_folder, tmp_path):
+    recorded, page = tmp_path / "reports", tmp_path / "results.md"
+    page.write_text(README)
+    (recorded / "gpu").mkdir(parents=True)
+    whole = write_results(recorded / "gpu" / "results.json", CELLS)
+    write_results(run_folder / "results.json", CELLS[:2], run={**RUN, "selection": {"keyword": "fa3", "shard": "1/1"}})
+    with pytest.raises(PartOverWhole, match=r"selected -k 'fa3'.*--partial"):
+        record("gpu", run_folder, recorded, page)
+    assert len(json.loads(whole.read_text())["cells"]) == len(CELLS)  # left as it was
+    record("gpu", run_folder, recorded, page, partial=True)
+    assert len(json.loads(whole.read_text())["cells"]) == 2
 
 
 def test_a_folder_with_nothing_to_record_says_what_would_be_kept(tmp_path):

@@ -45,7 +45,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     write_results(merged.results, args.out_dir / "results.json")
     write_junit(merged.results["cells"], args.out_dir / "junit.xml")
     print(f"merged {len(merged.results['cells'])} cells from {len(args.run_dirs)} run(s) into {args.out_dir}/")
-    print(totals_line(merged.results["cells"], str(args.out_dir / "results.json")))
+    if not args.no_totals:
+        print(totals_line(merged.results["cells"], str(args.out_dir / "results.json")))
     return 0
 
 
@@ -162,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("run_dirs", nargs="+", type=cli.input_folder,
                        help="out/cells/<run_id> folders; later ones win")
     merge.add_argument("--out-dir", type=cli.output_folder, default=REPORTS)
+    merge.add_argument("--no-totals", action="store_true",
+                       help="leave out the totals line (python -m harness run: pytest printed it already)")
     merge.set_defaults(func=cmd_merge)
 
     phases = sub.add_parser("phases", help="run folders -> where the cells' time went, per phase (markdown)")

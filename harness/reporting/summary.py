@@ -12,7 +12,8 @@ from collections import Counter, defaultdict
 from typing import Mapping, Sequence
 
 from harness.known_failures import KnownFailure, stale
-from harness.reporting.cell_schema import EXECUTED, STATUSES, UNEXPECTED, diagnosis_lines, outcome_message
+from harness.results import partial_because
+from harness.reporting.cell_schema import STATUSES, UNEXPECTED, diagnosis_lines, outcome_message
 from harness.reporting.markdown import markdown_table, md_cell
 from harness.reporting.matrix import build_matrix, column_label, format_err, square_notes
 from harness.reporting.runs import RunFacts, contracts_ran
@@ -105,30 +106,27 @@ def _skips_section(cells: Sequence[Mapping]) -> list[str]:
 
 def stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailure],
                   runs: Sequence[Mapping] = ()) -> list[str]:
-    """Entries that matched no executed cell, among those of the release the runs used; those the
-    generated tier passed draws over for (run.json ``generated.passed_over``) are named apart: their
-    cells were drawn and known, not run."""
+    """Entries the whole matrix has no cell for, among those of the release the runs used; a run of a part
+    of the matrix judges none (harness/results.py partial_because), and the entries the generated tier
+    passed draws over for (run.json ``generated.passed_over``) are named apart: their cells were drawn
+    and known, not run."""
+    lines = ["## Stale KNOWN_FAILURES entries", ""]
+    partial = partial_because(list(runs))
+    if partial:
+        return lines + [f"Not judged: a stale entry is one the whole matrix has no cell for, and this report's "
+                        f"{partial}."]
     release = contracts_ran(runs, "results.json")
     passed_over = Counter()
     for run in runs:
         passed_over.update((run.get("generated") or {}).get("passed_over") or {})
-    lines = ["## Stale KNOWN_FAILURES entries", ""]
-    entries = [entry for entry in stale(known_failures, [cell for cell in cells if cell["status"] in EXECUTED], release)
-               if entry.id not in passed_over]
+    entries = [entry for entry in stale(known_failures, cells, release) if entry.id not in passed_over]
     if passed_over:
         lines += ["Not stale: the generated tier passed over draws they cover (known to fail, not run): "
                   + ", ".join(f"{entry_id} ({count})" for entry_id, count in sorted(passed_over.items())) + ".", ""]
     if not entries:
         return lines + ["None."]
-    for entry in entries:
-        skipped = sum(entry.matches(cell, release) for cell in cells)
-        why = (
-            f"its {skipped} matching cells were all skipped in this run"
-            if skipped
-            else "it matches no cell at all: fixed and removed, renamed, or a typo in its selectors"
-        )
-        lines.append(f"- {entry.id} ({entry.upstream}, {entry.source}): {why}")
-    return lines
+    return lines + [f"- {entry.id} ({entry.upstream}, {entry.source}): it selects no cell of the matrix: fixed and "
+                    "removed, renamed, or a typo in its selectors" for entry in entries]
 
 
 def render_summary(results: Mapping, known_failures: Sequence[KnownFailure]) -> str:

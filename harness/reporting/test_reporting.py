@@ -212,7 +212,9 @@ def test_summary(tmp_path):
     ledger = tmp_path / "KNOWN_FAILURES.md"
     ledger.write_text(
         "## KF-fa4-sm100\n- backend: fa4\n- mode: *\n- runner: *\n- cases: *\n"
-        "- reason: needs Blackwell\n- upstream: sglang#1\n- class: error\n"
+        "- reason: needs Blackwell\n- upstream: sglang#1\n- class: error\n\n"
+        "## KF-gone\n- backend: triton\n- mode: *\n- runner: *\n- cases: no-such-case\n"
+        "- reason: fixed long ago\n- upstream: sglang#2\n- class: error\n"
     )
     out = tmp_path / "SUMMARY.md"
     assert main(["summary", "--results", str(results), "--known-failures", str(ledger), "--out", str(out)]) == 0
@@ -229,7 +231,23 @@ def test_summary(tmp_path):
     assert f"rerun: `{CELLS[3]['rerun']}`" in text
     assert "UNEXPECTEDLY PASSED, drop KNOWN_FAILURES entry KF-fi-chain" in text
     assert "| fa4 needs sm100 | 2 | fa4 | target_verify |" in text
-    assert "KF-fa4-sm100 (sglang#1" in text and "2 matching cells were all skipped" in text
+    stale = text.split("## Stale KNOWN_FAILURES entries")[1]
+    assert "KF-gone (sglang#2" in stale and "selects no cell of the matrix" in stale
+    assert "KF-fa4-sm100" not in stale  # its cells were collected and skipped: this machine cannot judge it
+
+
+def test_a_report_of_a_part_of_the_matrix_judges_no_entry_stale(tmp_path):
+    """-k (or --cases-dir, or shards that leave some out) selects a part: an entry outside it is not stale."""
+    ledger = tmp_path / "KNOWN_FAILURES.md"
+    ledger.write_text("## KF-gone\n- backend: triton\n- mode: *\n- runner: *\n- cases: no-such-case\n"
+                      "- reason: r\n- upstream: sglang#2\n- class: error\n")
+    out = tmp_path / "SUMMARY.md"
+    for selection, why in (({"keyword": "triton", "shard": "1/1"}, "selected -k 'triton'"),
+                           ({"shard": "2/3"}, "shards 2/3 of the matrix")):
+        results = write_results(tmp_path / "results.json", CELLS, run={**RUN, "selection": selection})
+        assert main(["summary", "--results", str(results), "--known-failures", str(ledger), "--out", str(out)]) == 0
+        stale = out.read_text().split("## Stale KNOWN_FAILURES entries")[1]
+        assert "Not judged" in stale and why in stale and "KF-gone" not in stale
 
 
 # why red, at a glance (SUMMARY.md and digest) ------------------------------------------------------
