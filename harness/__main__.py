@@ -13,6 +13,7 @@ copies a run's outputs into the tracked reports/ and regenerates the docs matrix
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -24,6 +25,21 @@ from harness.reporting.cell_schema import load_results
 from harness.results import OUTPUT_DIR, RUN_ID_ENV, SECTION, narrowed_by, run_folder, run_id
 
 
+RUN_EXAMPLES = """\
+examples:
+  python -m harness run                                   the whole matrix (CPU: about 7 minutes on 2 cores)
+  python -m harness run -- -k triton-eager                a selection: cells whose id holds the words (pytest -k)
+  python -m harness run -- -k 'draft_decode-chain-bs2-dtypefloat32-triton-eager'
+                                                          one cell, by its id (the rerun line of a report names it)
+  python -m harness run -- --cases-dir my_cases           your own case files (YAML, docs/cases.md) instead of cases/
+  python -m harness run -- --replay pr26651               the matrix with a known sglang bug put back (docs/seed-bugs.md)
+
+A run of a part of the matrix (-k, -m, --cases-dir) writes out/<section>-partial/, beside the last run
+of the whole in out/<section>/, which `record` keeps. A shard (--shard i/n) writes out/<section>/ like
+the whole; `python -m harness.reporting merge` joins the shards' out/cells/<run_id>/ folders.
+"""
+
+
 def _step(*args: str) -> int:
     print("+", " ".join(args), flush=True)
     return subprocess.run(args, cwd=ROOT, check=False).returncode
@@ -32,7 +48,8 @@ def _step(*args: str) -> int:
 def build_parser() -> cli.Parser:
     parser = cli.Parser(prog="python -m harness", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="{run,record,findings}")
-    run = commands.add_parser("run", help="run the case matrix here and write out/<cpu|gpu>/")
+    run = commands.add_parser("run", help="run the case matrix here and write out/<cpu|gpu>/",
+                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=RUN_EXAMPLES)
     run.add_argument("-n", "--workers", type=cli.workers, default=None,
                      help="pytest-xdist workers (default: as many as the host's cores and GPU memory allow, "
                           "harness/platform.py default_workers; one per core without a GPU)")
@@ -40,8 +57,12 @@ def build_parser() -> cli.Parser:
                      help="spread the cells over the first N GPUs of this host, the workers taking them in "
                           "turn (worker slot s on GPU s mod N); one merged report")
     run.add_argument("--shard", type=cli.shard, default="1/1", help="i/n: run one shard of the cells")
-    run.add_argument("--section", choices=("cpu", "gpu"), default=SECTION)
-    run.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    run.add_argument("--section", choices=("cpu", "gpu"), default=SECTION,
+                     help=f"the output folder out/<section>/ and the tracked reports/<section>/ the run is for "
+                          f"(default here: {SECTION})")
+    run.add_argument("pytest_args", nargs="*",
+                     help="pytest arguments after --: -k to select cells, --cases-dir for your own case files "
+                          "(examples below)")
     run.set_defaults(func=run_matrix)
     keep = commands.add_parser("record", help="copy a run's outputs into the tracked reports/<section>/ "
                                               "and regenerate the docs matrix")

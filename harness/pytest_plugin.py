@@ -37,7 +37,7 @@ from harness.reporting.totals import totals_line
 from harness.results import (append_record, cell_record, partial_because, read_records, run_dir, run_id, selection,
                              write_notes, write_run_info)
 from harness.sanitizer import AUTO_STATUSES, AUTO_TOOLS, SANITIZE_MAX_DEFAULT, SANITIZED_STATUSES, TOOL_FLAGS, sanitize
-from harness.seed_bugs import ReplayError, apply_requested
+from harness.seed_bugs import FIXES, REPLAY, SEED_BUGS, ReplayError, apply_requested, requested_fixes
 from harness.warmup import compiling_alone, plan_warm_up, wait_for_warm_up
 
 _CONTROLLER: dict = {}  # the controller's config, for hooks that are not handed one
@@ -175,9 +175,11 @@ def pytest_runtest_setup(item):
 
 def pytest_report_header(config):
     release = getattr(config, "_attn_release", None)
-    if release is not None:
-        return [f"sglang {release.version}: contracts of {release.contracts}"] + ([release.note] if release.note else [])
-    return None
+    if release is None:
+        return None
+    patched = _patches_line(config)
+    return ([f"sglang {release.version}: contracts of {release.contracts}"] + ([release.note] if release.note else [])
+            + ([f"sglang patched for this run: {patched}"] if patched else []))
 
 
 def pytest_generate_tests(metafunc):
@@ -303,6 +305,26 @@ def _reason(report) -> str | None:
     return None
 
 
+def _patches_line(config) -> str | None:
+    """The seed bug and fixes this run patched into sglang, as the header and each failure name them."""
+    patches = [*([SEED_BUGS[config.getoption("--replay")]] if config.getoption("--replay") else []),
+               *(FIXES[fix_id] for fix_id in requested_fixes(config.getoption("--apply-fix")))]
+    return "; ".join(f"{'replaying seed bug' if patch.kind == REPLAY else 'with fix'} {patch.patch_id} "
+                     f"({patch.upstream}: {patch.summary})" for patch in patches) or None
+
+
+def _name_patches(report, config) -> None:
+    """A failure in a run with a seed bug or fix patched in says so in its own message, not only in its
+    rerun line: a reader of one failure must not mistake the planted bug for a new one."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    replay = config.getoption("--replay")
+    if replay and crash is not None and not crash.message.startswith("[replay "):
+        crash.message = f"[replay {replay}] {crash.message}"
+    line = _patches_line(config)
+    if line:
+        report.sections.append(("patched sglang", line))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -315,6 +337,8 @@ def pytest_runtest_makereport(item, call):
     poisoned = props.get("failure_class") == "crash"
     if status == "failed" and poisoned:
         status = "crashed"
+    if report.failed:
+        _name_patches(report, item.config)
     if status in ("failed", "crashed") and report.when == "call":
         report.sections.append(("rerun", rerun_command(report.nodeid, item.config._attn_cell_args)))
     append_record(_cell_record(item.config, cell, status, _reason(report), report, props.get("known_failure"),

@@ -20,7 +20,7 @@ from harness.cell_matrix import cell_defining_args, expand_cells
 from harness.known_failures import KNOWN_FAILURES_FILE, load_known_failures, match, standing
 from harness.seed_bugs import FIXES, ReplayError, patch_source, unified_diff
 
-FINDING = ROOT / "reports" / "gpu" / "findings" / "fa-draft-extend-past-context"
+FINDING = ROOT / "findings" / "fa-draft-extend-past-context" / "cases"
 FA_FIX = FIXES["fa-kv-past-context"]
 
 
