@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from harness.cases import CASES_DIR
 from harness.modes import MODES
 from harness.pools import DRAW_PLACES
 from harness.known_failures import KNOWN_FAILURES_FILE
+from harness.results import LEFT_OUT_HERE
 from harness.runners import GRAPH_RUNNER_NAMES, RUNNER_FORMS
 
 
@@ -60,6 +62,51 @@ def combination_skip_reason(mode: str, backend: str, runner: str, spec: CaseSpec
     entry = BACKENDS[backend]
     return (RUNNER_FORMS[runner].skip_reason(entry) or entry.skip_reason(mode, spec)
             or MODES[mode].worker_skip_reason(entry.server_arg, RUNNER_FORMS[runner].graph, spec))
+
+
+LEFT_OUT_KINDS = {  # what leaves a cell out of collection, in the order asked; each asks (form, entry, mode, cell)
+    "a runner form the backend lacks": lambda form, entry, mode, cell: form.refusal(entry),
+    LEFT_OUT_HERE: lambda form, entry, mode, cell: form.unneeded_here(),
+    "the backend's own limits": lambda form, entry, mode, cell: entry.refusal(cell.case.mode, cell.case.spec),
+    "a pairing the mode's worker never runs": lambda form, entry, mode, cell: mode.worker_skip_reason(
+        entry.server_arg, form.graph, cell.case.spec),
+}
+
+
+def left_out(cell: Cell) -> tuple[str, str] | None:
+    """(kind, why) when the cell is not collected at all, else None: no machine runs it under the
+    installed release (the runner form refuses the backend, the backend the case, or the mode's
+    worker the backend in that form), or this machine leaves its form out (the CPU stand-in on a GPU).
+    A report full of cells that can never run hides the ones that did; a cell that needs what only
+    another machine has (a GPU) stays collected, skipped with its reason."""
+    form, entry, mode = RUNNER_FORMS[cell.runner], BACKENDS[cell.backend], MODES[cell.case.mode]
+    return next(((kind, why) for kind, check in LEFT_OUT_KINDS.items() if (why := check(form, entry, mode, cell))),
+                None)
+
+
+def collectable(cells: list[Cell]) -> tuple[list[Cell], Counter]:
+    """The cells to collect, and how many were left out for each (kind, why, backend, runner)."""
+    kept, dropped = [], Counter()
+    for cell in cells:
+        reason = left_out(cell)
+        if reason:
+            dropped[(*reason, cell.backend, cell.runner)] += 1
+        else:
+            kept.append(cell)
+    return kept, dropped
+
+
+def left_out_line(dropped: Counter) -> str | None:
+    """One line for a run's left-out cells, by kind with the backends concerned (run.json has each reason)."""
+    if not dropped:
+        return None
+    counts, backends = Counter(), {}
+    for (kind, _, backend, _), count in dropped.items():
+        counts[kind] += count
+        backends.setdefault(kind, set()).add(backend)
+    return (f"left out {sum(counts.values())} cells no machine runs here, not collected (run.json left_out says "
+            "why): " + "; ".join(f"{count} {kind} ({', '.join(sorted(backends[kind]))})"
+                                  for kind, count in counts.most_common()))
 
 
 def _graph_cells(case: Case, backend: str, runner: str) -> list[Cell]:

@@ -23,7 +23,7 @@ import pytest
 
 from harness import platform
 from harness.cases import fields_of
-from harness.cell_matrix import case_file_rerun, expand_cells, in_shard, patch_args, repo_path
+from harness.cell_matrix import case_file_rerun, collectable, expand_cells, in_shard, patch_args, repo_path
 from harness.draw_caps import PROFILES
 from harness.generated import Generated, distinct_draws, draw_processes, draws_as_json, draws_from_json, tier_of
 from harness.results import run_dir, write_notes
@@ -226,9 +226,12 @@ def pytest_sessionstart(session):
     profile, seed, count = _profile(config), config.getoption("--generated-seed"), config.getoption("--generated")
     text, draw_s = _draws(config)
     tier = tier_of(PROFILES[profile], seed, draws_from_json(text))
-    cells = [cell for cell in expand_cells([g.case for g in tier]) if in_shard(cell, config._attn_shard)]
+    cells, left_out = collectable([cell for cell in expand_cells([g.case for g in tier])
+                                   if in_shard(cell, config._attn_shard)])
     by_case = {g.case.case_id: g for g in tier}
-    config._attn_cells = ([] if config.getoption("--generated-only") else config._attn_cells) + cells
+    hand_made = not config.getoption("--generated-only")
+    config._attn_cells = (config._attn_cells if hand_made else []) + cells
+    config._attn_left_out = (config._attn_left_out if hand_made else Counter()) + left_out
     run = GeneratedRun(profile, seed, count, draw_s, {cell.cell_id: by_case[cell.case.case_id] for cell in cells},
                        config.getoption("--generated-budget"), controller=not hasattr(config, "workerinput"),
                        cell_args=config._attn_cell_args, passed_over=dict(getattr(config, "_attn_passed_over", {})))

@@ -25,8 +25,8 @@ from harness import cli, gpu_slots, platform, releases
 from harness.accounting import NOT_RUN_LIST, Ledger
 from harness.cases import CASES_DIR, CaseFileError, load_all_cases
 from harness.cell_watchdog import DEFAULT_CELL_TIMEOUT_S, timed_out, watched
-from harness.cell_matrix import (cell_defining_args, expand_cells, in_shard, keyword_selected, patch_args,
-                                 rerun_command, skip_reason)
+from harness.cell_matrix import (cell_defining_args, collectable, expand_cells, in_shard, keyword_selected,
+                                 left_out_line, patch_args, rerun_command, skip_reason)
 from harness.failure_class import Failure, of_dead_process
 from harness.known_failures import (KNOWN_FAILURES_FILE, InsideSignature, KnownFailuresError, load_known_failures,
                                     match, stale, standing)
@@ -34,8 +34,8 @@ from harness.pools import DRAW_PLACES, DRAWS_ENV
 from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summary, confirm_crashes
 from harness.reporting.per_backend import per_backend_lines
 from harness.reporting.totals import totals_line
-from harness.results import (append_record, cell_record, partial_because, read_records, run_dir, run_id, selection,
-                             write_notes, write_run_info)
+from harness.results import (append_record, cell_record, left_out_records, partial_because, read_records, run_dir,
+                             run_id, runners_left_out_here, selection, write_notes, write_run_info)
 from harness.sanitizer import AUTO_STATUSES, AUTO_TOOLS, SANITIZE_MAX_DEFAULT, SANITIZED_STATUSES, TOOL_FLAGS, sanitize
 from harness.seed_bugs import FIXES, REPLAY, SEED_BUGS, ReplayError, apply_requested, requested_fixes
 from harness.warmup import compiling_alone, plan_warm_up, wait_for_warm_up
@@ -130,7 +130,7 @@ def pytest_configure(config):
     config._attn_shard = shard
     if platform.HAS_GPU and getattr(config.option, "maxschedchunk", False) is None:
         config.option.maxschedchunk = 1  # see _compiling_alone_first
-    config._attn_cells = [c for c in expand_cells(cases) if in_shard(c, shard)]
+    config._attn_cells, config._attn_left_out = collectable([c for c in expand_cells(cases) if in_shard(c, shard)])
     config._attn_cell_args = cell_defining_args(config.getoption)
     config._attn_started = time.time()
     if not hasattr(config, "workerinput"):
@@ -435,13 +435,17 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line("generated tier: passed over draws known to fail: " + ", ".join(
             f"{entry_id} ({count})" for entry_id, count in sorted(passed_over.items())))
     if partial_because([{"selection": _selection(config)}]) is None:  # staleness is judged on the whole matrix
-        unmet = [entry.id for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells])
-                 if entry.id not in passed_over]
+        unjudged = runners_left_out_here(left_out_records(config._attn_left_out))
+        unmet = [entry.id for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells],
+                                             unjudged_runners=unjudged) if entry.id not in passed_over]
         if unmet:
             terminalreporter.write_line(f"STALE known failures (the whole matrix has no cell they select): "
                                         f"{', '.join(unmet)}", yellow=True)
     records = getattr(config, "_attn_records", None)  # the cells the last line accounts for (pytest_sessionfinish)
     if records:
+        left_out = left_out_line(config._attn_left_out)
+        if left_out:
+            terminalreporter.write_line(left_out)
         terminalreporter.write_sep("-", "attn-harness cells per backend")
         for line in per_backend_lines(records):
             terminalreporter.write_line(line)
@@ -498,6 +502,7 @@ def pytest_sessionfinish(session):
         "fix": config.getoption("--apply-fix"),
         "generated": getattr(config, "_attn_generated", None),  # harness/generated_plugin.py
         "selection": _selection(config),
+        "left_out": left_out_records(config._attn_left_out),
         "wall_s": round(time.time() - config._attn_started, 2),
         "warm_up": config._attn_warm_up.as_report() if hasattr(config, "_attn_warm_up") else None,
         "collected": len(records), "not_run": not_run, "worker_crashes": ledger.worker_deaths,

@@ -28,6 +28,8 @@ import json
 import os
 import time
 from pathlib import Path
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Iterator
 
 from harness import ROOT, platform
@@ -136,6 +138,21 @@ def narrowed_by(chosen: dict | None) -> str | None:
              f"--cases-dir {chosen['cases_dir']}" if chosen.get("cases_dir") else "",
              "--generated-only" if chosen.get("generated_only") else ""]
     return " ".join(part for part in parts if part) or None
+
+
+LEFT_OUT_HERE = "the CPU stand-in on a GPU"  # the one left-out kind another machine runs (harness/cell_matrix.py)
+
+
+def left_out_records(dropped: Counter) -> list[dict]:
+    """run.json's ``left_out``: one record per (kind, why, backend, runner) with its cell count."""
+    return [{"kind": kind, "why": why, "backend": backend, "runner": runner, "cells": count}
+            for (kind, why, backend, runner), count in dropped.most_common()]
+
+
+def runners_left_out_here(records: Iterable[Mapping]) -> set[str]:
+    """The runner forms a run left out for its machine alone (the CPU stand-in on a GPU): a known failure
+    for one of them cannot be judged stale by that run."""
+    return {record["runner"] for record in records if record["kind"] == LEFT_OUT_HERE}
 
 
 def partial_because(runs: list[dict]) -> str | None:

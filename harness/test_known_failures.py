@@ -10,6 +10,7 @@ from harness.failure_class import FAILURE_CLASSES, Failure
 from harness.known_failures import (ErrorRange, InsideSignature, KnownFailuresError, OutsideSignature,
                                     load_known_failures, match, stale)
 from harness.runners import RUNNER_NAMES as RUNNERS
+from harness.results import LEFT_OUT_HERE
 
 REPO_LEDGER = ROOT / "KNOWN_FAILURES.md"
 
@@ -304,3 +305,16 @@ def test_the_summary_judges_staleness_in_the_release_the_run_used_whatever_is_in
     executed = [{**cell(), "status": "passed"}]
     lines = stale_section(executed, entries, [{"run_id": "r", "versions": {"sglang": ran}}])
     assert any(line.startswith("- KF-any-triton") for line in lines) == listed
+
+
+def test_an_entry_for_a_form_the_machine_left_out_is_not_judged_by_its_run(tmp_path):
+    """On a GPU the CPU stand-in (cg_meta) is not collected: its entries are left unjudged there, in the
+    terminal and in the summary (run.json left_out), and judged as usual where the form ran."""
+    from harness.reporting.summary import stale_section
+
+    [entry] = load_known_failures(write(tmp_path, ENTRY.replace("- runner: cuda_graph", "- runner: cg_meta")))
+    assert stale([entry], [cell(runner="eager")]) == [entry]
+    assert stale([entry], [cell(runner="eager")], unjudged_runners={"cg_meta"}) == []
+    runs = [{"run_id": "r", "left_out": [{"kind": LEFT_OUT_HERE, "why": "-", "backend": "fa4", "runner": "cg_meta",
+                                          "cells": 4}]}]
+    assert stale_section([{**cell(runner="eager"), "status": "passed"}], [entry], runs)[-1] == "None."

@@ -80,9 +80,11 @@ def test_a_run_leaves_a_clean_clone_clean(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harness", "run", "-n", "0", "--section", "cpu", "--", "-k", CHEAP_CELL],
                           cwd=clone, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1] == "attn-harness: all 1 collected cells accounted for: 1 passed"
+    lines = done.stdout.splitlines()
+    assert "attn-harness: all 1 collected cells accounted for: 1 passed" in lines, done.stdout[-3000:]
     output = clone / OUTPUT_DIR.relative_to(ROOT)
-    assert (output / "cpu" / "results.json").is_file() and (output / "cpu" / "SUMMARY.md").is_file()
+    assert lines[-1].startswith(f"reports written to {output / 'cpu-partial'}: this run selected -k"), lines[-1]
+    assert (output / "cpu-partial" / "results.json").is_file() and (output / "cpu-partial" / "SUMMARY.md").is_file()
     status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=clone, capture_output=True, text=True,
                             check=True).stdout.splitlines()
     assert [line for line in status if not line.endswith("__pycache__/")] == [f"!! {output.name}/"], status

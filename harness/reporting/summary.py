@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from typing import Mapping, Sequence
 
 from harness.known_failures import KnownFailure, stale
-from harness.results import partial_because
+from harness.results import partial_because, runners_left_out_here
 from harness.reporting.cell_schema import STATUSES, UNEXPECTED, diagnosis_lines, outcome_message
 from harness.reporting.markdown import markdown_table, md_cell
 from harness.reporting.matrix import build_matrix, column_label, format_err, square_notes
@@ -104,6 +104,20 @@ def _skips_section(cells: Sequence[Mapping]) -> list[str]:
     return lines + markdown_table(["reason", "cells", "backends", "modes"], rows)
 
 
+def _left_out_section(runs: Sequence[Mapping]) -> list[str]:
+    """The cells no machine runs, which the runs did not collect (run.json ``left_out``), by reason."""
+    by_why: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for run in runs:
+        for group in run.get("left_out") or []:
+            by_why[(group["kind"], group["why"])][group["backend"]] += group["cells"]
+    lines = ["## Left out: cells no machine runs here, not collected", ""]
+    if not by_why:
+        return lines + ["None."]
+    rows = [[md_cell(kind), md_cell(why), str(sum(backends.values())), ", ".join(sorted(backends))]
+            for (kind, why), backends in sorted(by_why.items(), key=lambda item: -sum(item[1].values()))]
+    return lines + markdown_table(["kind", "reason", "cells", "backends"], rows)
+
+
 def stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailure],
                   runs: Sequence[Mapping] = ()) -> list[str]:
     """Entries the whole matrix has no cell for, among those of the release the runs used; a run of a part
@@ -119,7 +133,8 @@ def stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailur
     passed_over = Counter()
     for run in runs:
         passed_over.update((run.get("generated") or {}).get("passed_over") or {})
-    entries = [entry for entry in stale(known_failures, cells, release) if entry.id not in passed_over]
+    unjudged = runners_left_out_here(group for run in runs for group in run.get("left_out") or [])
+    entries = [entry for entry in stale(known_failures, cells, release, unjudged) if entry.id not in passed_over]
     if passed_over:
         lines += ["Not stale: the generated tier passed over draws they cover (known to fail, not run): "
                   + ", ".join(f"{entry_id} ({count})" for entry_id, count in sorted(passed_over.items())) + ".", ""]
@@ -140,6 +155,7 @@ def render_summary(results: Mapping, known_failures: Sequence[KnownFailure]) -> 
         _problems_section(cells),
         _not_run_section(cells),
         _skips_section(cells),
+        _left_out_section(results["runs"]),
         stale_section(cells, known_failures, results["runs"]),
     ]
     return "\n\n".join("\n".join(section) for section in sections) + "\n"

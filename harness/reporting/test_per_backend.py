@@ -64,7 +64,9 @@ def test_the_table_ends_a_real_run_and_adds_up_to_its_last_line():
     start = next(i for i, line in enumerate(lines) if SECTION_TITLE in line) + 1
     table = lines[start:next(i for i, line in enumerate(lines) if line.startswith("all ")) + 1]
     rows = _rows(table)
-    assert set(rows) == {"fa3", "fa4", "flashinfer", "torch_native", "triton", "all"}
+    # torch_native never drafts (sglang's DraftBackendFactory has no EAGLE decode for it): left out, said once
+    assert set(rows) == {"fa3", "fa4", "flashinfer", "triton", "all"}
+    assert any(line.startswith("left out ") and "torch_native" in line for line in lines), done.stdout[-3000:]
     expected = _last_line_counts(lines[-1])
     assert lines[-1].startswith(f"attn-harness: all {rows['all']['cells']} collected cells accounted for")
     assert {status: count for status, count in rows["all"].items() if status in STATUSES and count} == expected

@@ -38,15 +38,20 @@ class RunnerForm:
             return self._no_graph(backend)
         if self.gpu and not platform.HAS_GPU:
             return "CUDA-graph capture needs a GPU"
-        if self.gpu is False and platform.HAS_GPU:
-            return "cg_meta (graph hooks, eager forwards) is the CPU stand-in; on a GPU the cuda_graph form runs"
-        return self._not_exact(backend)
+        return self.unneeded_here() or self._not_exact(backend)
 
     def refusal(self, backend: "BackendEntry") -> str | None:
         """Why the form never runs the backend, on any machine, or None: skip_reason without the machine."""
         if self.graph and backend.no_graph_reason:
             return self._no_graph(backend)
         return self._not_exact(backend)
+
+    def unneeded_here(self) -> str | None:
+        """Why this machine leaves the form out though it could run it: the CPU stand-in on a GPU, where
+        the cuda_graph form runs the same hooks with a real graph."""
+        if self.gpu is False and platform.HAS_GPU:
+            return "cg_meta (graph hooks, eager forwards) is the CPU stand-in; on a GPU the cuda_graph form runs"
+        return None
 
     def _no_graph(self, backend: "BackendEntry") -> str:
         return f"{backend.name} has no CUDA-graph support: {backend.no_graph_reason}"
