@@ -11,6 +11,7 @@ results cannot drift apart (CI checks that with `readme-matrix --check`).
 
 from __future__ import annotations
 
+import gzip
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,17 +23,20 @@ from harness.results import RECORDED_DIR, partial_because
 
 @dataclass(frozen=True)
 class Kept:
-    """Files of a run folder that are recorded: a glob relative to the folder, and who writes them."""
+    """Files of a run folder that are recorded: a glob relative to the folder, and who writes them.
+    ``compressed`` files are recorded gzip-compressed (name + .gz): results.json is 1 to 5 MB of
+    repetitive JSON a clone and every GPU transfer would carry, and 25 to 35 times smaller compressed;
+    every report reads either form (harness/reporting/cell_schema.py load_results)."""
 
     pattern: str
     written_by: str
+    compressed: bool = False
 
 
 RUN = "python -m harness run"
 REPLAY = "python -m harness.replay"
 PER_MACHINE = (
-    Kept("results.json", RUN),
-    Kept("junit.xml", RUN),
+    Kept("results.json", RUN, compressed=True),  # junit.xml is not kept: merge writes it again from these
     Kept("SUMMARY.md", RUN),
     Kept("matrix.png", RUN),
     Kept("COVERAGE.md", RUN),
@@ -51,6 +55,7 @@ RECORDED: dict[str, tuple[Kept, ...]] = {
                  Kept("versions.json", "python -m harness.versions run")),
 }
 RESULTS = "results.json"
+RECORDED_RESULTS = "results.json.gz"  # RESULTS as record keeps it
 
 
 class NothingToRecord(Exception):
@@ -64,10 +69,10 @@ class PartOverWhole(NothingToRecord):
 
 def _refuse_part_over_whole(section: str, source: Path, target: Path) -> None:
     """Raise PartOverWhole when `source`'s results are a part of the matrix and `target`'s the whole."""
-    if not (source / RESULTS).is_file() or not (target / RESULTS).is_file():
+    if not (source / RESULTS).is_file() or not (target / RECORDED_RESULTS).is_file():
         return
     part = partial_because(load_results(source / RESULTS)["runs"])
-    if part and partial_because(load_results(target / RESULTS)["runs"]) is None:
+    if part and partial_because(load_results(target / RECORDED_RESULTS)["runs"]) is None:
         raise PartOverWhole(f"{source}: not recorded: {part}, and {target} holds a run of the whole matrix, which it "
                             f"would replace; to record it anyway: python -m harness record --section {section} "
                             f"--from {source} --partial")
@@ -80,18 +85,23 @@ def record(section: str, source: Path, recorded: Path = RECORDED_DIR, page: Path
     target = recorded / section
     if not partial:
         _refuse_part_over_whole(section, source, target)
-    found = [path for kept in RECORDED[section] for path in sorted(source.glob(kept.pattern)) if path.is_file()]
+    found = [(path, kept) for kept in RECORDED[section] for path in sorted(source.glob(kept.pattern))
+             if path.is_file()]
     if not found:
         expected = "; ".join(f"{kept.pattern} ({kept.written_by})" for kept in RECORDED[section])
         raise NothingToRecord(f"{source}: nothing to record for section {section}; it keeps {expected}")
     written = []
-    for path in found:
+    for path, kept in found:
         copy = target / path.relative_to(source)
         copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, copy)
+        if kept.compressed:
+            copy = copy.with_name(copy.name + ".gz")
+            copy.write_bytes(gzip.compress(path.read_bytes(), compresslevel=9, mtime=0))  # mtime 0: same run, same bytes
+        else:
+            shutil.copyfile(path, copy)
         written.append(copy)
     if section in SECTIONS and (source / RESULTS).is_file():
-        current, expected = page_with_matrix(page, load_results(target / RESULTS), section)
+        current, expected = page_with_matrix(page, load_results(target / RECORDED_RESULTS), section)
         if expected != current:
             page.write_text(expected, encoding="utf-8")
             written.append(page)

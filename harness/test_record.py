@@ -6,7 +6,6 @@ copies what RECORDED keeps into reports/<section>/ and regenerates the docs matr
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 
 from harness import ROOT
 from harness.record import RECORDED, NothingToRecord, PartOverWhole, record
+from harness.reporting.cell_schema import load_results
 from harness.reporting.test_reporting import CELLS, README, RUN, write_results
 from harness.results import OUTPUT_DIR, RUN_ID_ENV
 
@@ -40,8 +40,10 @@ def test_record_copies_what_the_section_keeps_and_regenerates_the_matrix(run_fol
     (recorded / "gpu").mkdir(parents=True)
     (recorded / "gpu" / "BENCH.md").write_text("earlier sessions\n")
     written = record("gpu", run_folder, recorded, page)
-    kept = {"results.json", "SUMMARY.md", "KILL_TABLE.md", "reproducers/gen0-1-min.yaml"}
+    kept = {"results.json.gz", "SUMMARY.md", "KILL_TABLE.md", "reproducers/gen0-1-min.yaml"}
     assert {str(path.relative_to(recorded / "gpu")) for path in written if path != page} == kept
+    assert load_results(recorded / "gpu" / "results.json.gz") == load_results(run_folder / "results.json")
+    assert (recorded / "gpu" / "results.json.gz").read_bytes() == record("gpu", run_folder, recorded, page)[0].read_bytes()
     assert page in written and "| triton | 2/2 | 1/1 |" in page.read_text()
     assert not (recorded / "gpu" / "DIGEST.md").exists()  # not in the table: a run's own output only
     assert (recorded / "gpu" / "BENCH.md").read_text() == "earlier sessions\n"  # not written again: kept
@@ -52,13 +54,14 @@ def test_a_part_of_the_matrix_does_not_replace_a_recorded_whole_unless_asked(run
     recorded, page = tmp_path / "reports", tmp_path / "results.md"
     page.write_text(README)
     (recorded / "gpu").mkdir(parents=True)
-    whole = write_results(recorded / "gpu" / "results.json", CELLS)
+    record("gpu", run_folder, recorded, page)
+    whole = recorded / "gpu" / "results.json.gz"
     write_results(run_folder / "results.json", CELLS[:2], run={**RUN, "selection": {"keyword": "fa3", "shard": "1/1"}})
     with pytest.raises(PartOverWhole, match=r"selected -k 'fa3'.*--partial"):
         record("gpu", run_folder, recorded, page)
-    assert len(json.loads(whole.read_text())["cells"]) == len(CELLS)  # left as it was
+    assert len(load_results(whole)["cells"]) == len(CELLS)  # left as it was
     record("gpu", run_folder, recorded, page, partial=True)
-    assert len(json.loads(whole.read_text())["cells"]) == 2
+    assert len(load_results(whole)["cells"]) == 2
 
 
 def test_a_folder_with_nothing_to_record_says_what_would_be_kept(tmp_path):

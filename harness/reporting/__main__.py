@@ -60,6 +60,12 @@ def cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_junit(args: argparse.Namespace) -> int:
+    write_junit(load_results(args.results)["cells"], args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_heatmap(args: argparse.Namespace) -> int:
     from harness.reporting.heatmap import draw_heatmap  # matplotlib only for this subcommand
 
@@ -177,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--out", type=cli.output_file, default=f"{REPORTS}/SUMMARY.md")
     summary.set_defaults(func=cmd_summary)
 
+    junit = sub.add_parser("junit", help="results.json (or a recorded results.json.gz) -> junit.xml")
+    junit.add_argument("--results", type=cli.input_file, default=RESULTS)
+    junit.add_argument("--out", type=cli.output_file, default=f"{REPORTS}/junit.xml")
+    junit.set_defaults(func=cmd_junit)
+
     heatmap = sub.add_parser("heatmap", help="results.json -> matrix.png")
     heatmap.add_argument("--results", type=cli.input_file, default=RESULTS)
     heatmap.add_argument("--out", type=image_file, default=f"{REPORTS}/matrix.png")
@@ -184,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     readme = sub.add_parser("readme-matrix", help="rewrite (or --check) a section's matrix on docs/results.md")
     readme.add_argument("--results", type=cli.input_file, required=True,
-                        help="the recorded reports/<section>/results.json the page shows")
+                        help="the recorded reports/<section>/results.json.gz the page shows")
     readme.add_argument("--readme", type=cli.input_file, default=str(MATRIX_PAGE),
                         help="the page holding the matrix markers (default docs/results.md)")
     readme.add_argument("--section", choices=SECTIONS, required=True)

@@ -9,6 +9,7 @@ new backend shows up in the reports without a change here.
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,8 +160,14 @@ def read_cell_lines(path: Path) -> list[tuple[dict, str]]:
 
 
 def load_results(path: Path) -> dict:
-    """Read results.json (written by `merge`) and check it before any report trusts it."""
-    text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+    """Read results.json (written by `merge`; recorded gzip-compressed as results.json.gz by
+    `python -m harness record`) and check it before any report trusts it."""
+    path = Path(path)
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+        raise ReportingError(f"{path}: not a gzip file ({err}); record it again with python -m harness record") from None
+    text = raw.decode("utf-8", errors="surrogateescape")
     try:
         results = json.loads(text)
     except json.JSONDecodeError as err:

@@ -1,4 +1,6 @@
-"""out/<section>/matrix.png (recorded in reports/<section>/): the backend x mode/runner matrix at a glance.
+"""out/<section>/matrix.png (recorded in reports/<section>/): SUMMARY.md's grid at a glance, a row
+per backend and runner form, a column per mode, readable at its natural size (no row or column of
+skips only; they are named under the legend).
 
 Colour answers "did what ran pass": green when all of it did, amber to yellow by pass rate when
 known failures remain, red wherever anything failed, crashed or passed unexpectedly (one broken
@@ -17,7 +19,7 @@ from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure  # not pyplot: no global backend or figure state to manage
 from matplotlib.patches import Patch, Rectangle
 
-from harness.reporting.matrix import Tally, build_matrix, square_notes
+from harness.reporting.matrix import Tally, build_grid, form_label, skipped_line, square_notes
 from harness.reporting.runs import RunFacts
 
 # Fill colours, all light enough for black text. A square where everything that ran passed is
@@ -43,28 +45,34 @@ def _fill(tally: Tally | None) -> str:
     return ALL_PASSED_COLOR if rate == 1 else PARTIAL_PASS_COLORS(rate)
 
 
+SQUARE_IN = (1.25, 0.62)  # inches a square takes, wide and high: four lines of 8-point text at 100 dpi
+DPI = 100
+
+
 def draw_heatmap(results: Mapping, path: Path) -> None:
-    matrix = build_matrix(results["cells"])
+    grid = build_grid(results["cells"])
     facts = RunFacts.of(results["runs"])
-    rows, cols = len(matrix.backends), len(matrix.columns)
-    fig = Figure(figsize=(max(6.0, 1.45 * cols + 2.0), max(3.0, 0.9 * rows + 2.4)))
+    rows, cols = max(1, len(grid.rows)), max(1, len(grid.modes))
+    fig = Figure(figsize=(max(7.0, SQUARE_IN[0] * cols + 2.4), max(3.0, SQUARE_IN[1] * rows + 2.6)))
     ax = fig.subplots()
-    for y, backend in enumerate(matrix.backends):
-        for x, column in enumerate(matrix.columns):
-            tally = matrix.tally(backend, column)
+    for y, row in enumerate(grid.rows):
+        for x, mode in enumerate(grid.modes):
+            tally = grid.tally(row, mode)
             ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=_fill(tally), edgecolor="white", linewidth=2))
-            ax.text(x, y, "\n".join(square_notes(tally)), ha="center", va="center", fontsize=9, linespacing=1.25)
+            ax.text(x, y, "\n".join(square_notes(tally)), ha="center", va="center", fontsize=8, linespacing=1.15)
     ax.set_xlim(-0.5, cols - 0.5)
     ax.set_ylim(rows - 0.5, -0.5)
-    ax.set_xticks(range(cols), ["\n".join(column) for column in matrix.columns], fontsize=9)
-    ax.set_yticks(range(rows), matrix.backends, fontsize=10)
+    ax.set_xticks(range(len(grid.modes)), [mode.replace("_", "_\n", 1) for mode in grid.modes], fontsize=8)
+    ax.set_yticks(range(len(grid.rows)), [f"{backend}  {form_label(form)}" for backend, form in grid.rows],
+                  fontsize=8)
     ax.xaxis.tick_top()
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    subtitle = textwrap.fill(facts.versions, width=max(60, 16 * cols))
+    width_chars = int(12 * cols + 20)
+    subtitle = textwrap.fill(facts.versions, width=width_chars)
     title = f"attn-harness · {facts.device} · driver {facts.driver} · {facts.date}"
-    ax.set_title(f"{title}\n{subtitle}", fontsize=10, pad=12)
+    ax.set_title(f"{title}\n{subtitle}", fontsize=9, pad=10)
     ax.legend(
         handles=[
             Patch(color=ALL_PASSED_COLOR, label="all executed cells passed"),
@@ -74,11 +82,13 @@ def draw_heatmap(results: Mapping, path: Path) -> None:
             Patch(color=SKIPPED_COLOR, label="only skipped"),
         ],
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.02),
+        bbox_to_anchor=(0.5, -0.01),
         ncol=2,
         fontsize=8,
         frameon=False,
+        title=textwrap.fill(skipped_line(grid) or "", width=width_chars) or None,
+        title_fontsize=7,
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=DPI)

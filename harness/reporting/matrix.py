@@ -1,5 +1,6 @@
-"""The backend x (mode, runner[, padding]) aggregation that SUMMARY.md, matrix.png and the
-docs matrix all draw, so the three can never disagree about a count.
+"""The aggregations the reports draw, so they can never disagree about a count: the backend x
+(mode, runner) matrix of the docs page, and the grid of SUMMARY.md and matrix.png (a row per backend
+and runner form, a column per mode, rows and columns where every cell was skipped left out and named).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Iterable, Mapping
 from harness.reporting.cell_schema import EXECUTED, MODE_ORDER, PADDINGS, RUNNERS, UNEXPECTED
 
 Column = tuple  # (mode, runner) or (mode, runner, padding)
+Form = tuple  # (runner,) or (runner, padding): a row of the grid under its backend
+KNOWN = ("xfailed", "xpassed")  # the statuses a known failure gives
 
 
 def _worse(current: float | None, err: float) -> float:
@@ -28,17 +31,22 @@ class Tally:
     statuses: Counter = field(default_factory=Counter)
     skip_reasons: Counter = field(default_factory=Counter)
     known_failures: set = field(default_factory=set)
-    worst_abs_err: float | None = None
+    worst_abs_err: float | None = None  # of the cells no known failure covers: what is new shows here
+    known_worst_abs_err: float | None = None  # of the cells a known failure covers (xfailed, xpassed)
 
     def add(self, cell: Mapping) -> None:
         status = cell["status"]
         self.statuses[status] += 1
         if status == "skipped":
             self.skip_reasons[cell["reason"] or "no reason given"] += 1
-        if status in ("xfailed", "xpassed"):
+        known = status in KNOWN
+        if known:
             self.known_failures.add(cell["known_failure"])
         if cell["max_abs_err"] is not None and status in EXECUTED:
-            self.worst_abs_err = _worse(self.worst_abs_err, cell["max_abs_err"])
+            if known:
+                self.known_worst_abs_err = _worse(self.known_worst_abs_err, cell["max_abs_err"])
+            else:
+                self.worst_abs_err = _worse(self.worst_abs_err, cell["max_abs_err"])
 
     @property
     def executed(self) -> int:
@@ -55,6 +63,10 @@ class Tally:
     @property
     def not_run(self) -> int:
         return self.statuses["not_run"]
+
+    @property
+    def only_skipped(self) -> bool:
+        return not self.executed and not self.not_run
 
     @property
     def main_skip_reason(self) -> str | None:
@@ -77,9 +89,12 @@ def _rank(value: str | None, order: tuple) -> tuple:
     return (order.index(value), "") if value in order else (len(order), value or "")
 
 
+def _form_rank(form: Form) -> tuple:
+    return (_rank(form[0], RUNNERS), _rank(form[1] if len(form) > 1 else None, (None,) + PADDINGS))
+
+
 def _column_rank(column: Column) -> tuple:
-    padding = column[2] if len(column) > 2 else None
-    return (_rank(column[0], MODE_ORDER), _rank(column[1], RUNNERS), _rank(padding, (None,) + PADDINGS))
+    return (_rank(column[0], MODE_ORDER), *_form_rank(column[1:]))
 
 
 def column_label(column: Column, sep: str = "/") -> str:
@@ -108,6 +123,56 @@ def build_matrix(cells: Iterable[Mapping], with_padding: bool = False) -> Matrix
     )
 
 
+def form_of(cell: Mapping) -> Form:
+    return (cell["runner"],) if cell["padding"] is None else (cell["runner"], cell["padding"])
+
+
+def form_label(form: Form) -> str:
+    return " ".join(form)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """SUMMARY.md's and matrix.png's matrix: a row per (backend, runner form), a column per mode.
+    A row or column where every cell was skipped says nothing a reader can act on and hides the rest:
+    it is left out and named in ``skipped_rows`` / ``skipped_modes`` (SUMMARY.md gives the reasons)."""
+
+    rows: list[tuple[str, Form]]
+    modes: list[str]
+    tallies: dict[tuple[tuple[str, Form], str], Tally]
+    skipped_rows: list[tuple[str, Form]]
+    skipped_modes: list[str]
+
+    def tally(self, row: tuple[str, Form], mode: str) -> Tally | None:
+        return self.tallies.get((row, mode))
+
+
+def build_grid(cells: Iterable[Mapping]) -> Grid:
+    tallies: dict[tuple[tuple[str, Form], str], Tally] = {}
+    for cell in cells:
+        tallies.setdefault(((cell["backend"], form_of(cell)), cell["mode"]), Tally()).add(cell)
+    rows = sorted({row for row, _ in tallies}, key=lambda row: (row[0], _form_rank(row[1])))
+    modes = sorted({mode for _, mode in tallies}, key=lambda mode: _rank(mode, MODE_ORDER))
+    telling_rows = {row for (row, _), tally in tallies.items() if not tally.only_skipped}
+    telling_modes = {mode for (_, mode), tally in tallies.items() if not tally.only_skipped}
+    return Grid(rows=[row for row in rows if row in telling_rows],
+                modes=[mode for mode in modes if mode in telling_modes],
+                tallies=tallies,
+                skipped_rows=[row for row in rows if row not in telling_rows],
+                skipped_modes=[mode for mode in modes if mode not in telling_modes])
+
+
+def skipped_line(grid: Grid) -> str | None:
+    """One line naming what the grid left out because every cell there was skipped, or None."""
+    by_backend: dict[str, list[str]] = {}
+    for backend, form in grid.skipped_rows:
+        by_backend.setdefault(backend, []).append(form_label(form))
+    parts = [f"{backend} ({', '.join(forms)})" for backend, forms in by_backend.items()]
+    if grid.skipped_modes:
+        parts.append("modes " + ", ".join(grid.skipped_modes))
+    return ("Not drawn, every cell skipped (reasons under Skipped, by reason): " + "; ".join(parts)) if parts else None
+
+
 def format_err(value: float | None) -> str:
     """Short error for a crowded square: 1.2e-7, 0.25 as 2.5e-1, 0, nan; – when nothing was measured."""
     if value is None:
@@ -123,14 +188,16 @@ OUTCOME_WORDS = {"crashed": "crash", "failed": "fail", "xpassed": "xpass", "xfai
 
 
 def square_notes(tally: Tally | None) -> list[str]:
-    """What a matrix square says, shared by SUMMARY.md and matrix.png: passed/executed, worst
-    error, then the outcomes that were not a plain pass (cells that never ran included); "skip"
-    where every cell was skipped, nothing where no cell exists.
+    """What a matrix square says, shared by SUMMARY.md and matrix.png: passed/executed, the worst
+    error of the cells no known failure covers, then the outcomes that were not a plain pass (cells
+    that never ran included), the known failures' counts with their own worst error ("2 known max
+    1.1e0"), apart, so a known bug's error never passes for a new one; "skip" where every cell was skipped, nothing where no cell exists.
     """
     if tally is None:
         return []
-    if not tally.executed and not tally.not_run:
+    if tally.only_skipped:
         return ["skip"]
     notes = [f"{tally.passed}/{tally.executed}", format_err(tally.worst_abs_err)]
-    counts = [(tally.statuses[status], word) for status, word in OUTCOME_WORDS.items()]
-    return notes + [f"{count} {word}" for count, word in counts if count]
+    known_err = "" if tally.known_worst_abs_err is None else f" max {format_err(tally.known_worst_abs_err)}"
+    return notes + [f"{tally.statuses[status]} {word}{known_err if status in KNOWN else ''}"
+                    for status, word in OUTCOME_WORDS.items() if tally.statuses[status]]

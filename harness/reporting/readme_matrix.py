@@ -2,7 +2,7 @@
 
 A hand-kept capability table goes stale; this one is rewritten between
 `<!-- matrix:<section>:start -->` / `<!-- matrix:<section>:end -->` markers from the recorded
-reports/<section>/results.json (`python -m harness record` does it), and CI runs it with
+reports/<section>/results.json.gz (`python -m harness record` does it), and CI runs it with
 `--check` so a page that no longer matches the recorded results fails the build. The page is
 the one place the matrix lives; the README links to it.
 """
@@ -51,7 +51,7 @@ def render_block(results: Mapping, section: str) -> str:
         for backend in matrix.backends
     ]
     return "\n".join([
-        f"<!-- generated from reports/{section}/results.json by `python -m harness record --section {section}`; "
+        f"<!-- generated from reports/{section}/results.json.gz by `python -m harness record --section {section}`; "
         "do not edit by hand -->",
         f"_{RunFacts.of(results['runs']).line()}_",
         "",

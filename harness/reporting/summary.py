@@ -15,7 +15,7 @@ from harness.known_failures import KnownFailure, stale
 from harness.results import partial_because, runners_left_out_here
 from harness.reporting.cell_schema import STATUSES, UNEXPECTED, diagnosis_lines, outcome_message
 from harness.reporting.markdown import markdown_table, md_cell
-from harness.reporting.matrix import build_matrix, column_label, format_err, square_notes
+from harness.reporting.matrix import build_grid, form_label, format_err, skipped_line, square_notes
 from harness.reporting.runs import RunFacts, contracts_ran
 from harness.reporting.verdicts import glance
 
@@ -31,18 +31,20 @@ def _glance_section(cells: Sequence[Mapping]) -> list[str]:
 
 
 def _matrix_section(cells: Sequence[Mapping]) -> list[str]:
-    matrix = build_matrix(cells, with_padding=True)
-    rows = [
-        [backend, *(" · ".join(square_notes(matrix.tally(backend, column))) or "–" for column in matrix.columns)]
-        for backend in matrix.backends
-    ]
+    grid = build_grid(cells)
+    rows = [[f"**{backend}**" if i == 0 or backend != grid.rows[i - 1][0] else "", form_label(form),
+             *(" · ".join(square_notes(grid.tally((backend, form), mode))) or "–" for mode in grid.modes)]
+            for i, (backend, form) in enumerate(grid.rows)]
+    skipped = skipped_line(grid)
     return [
         "## Matrix",
         "",
-        "passed/executed · worst max_abs_err · then counts of crash / fail / "
-        "xpass (unexpectedly passed) / known (expected failure) / not run",
+        "A row per backend and runner form, a column per mode. passed/executed · worst max_abs_err of the cells "
+        "no known failure covers · then counts of crash / fail / xpass (unexpectedly passed) / known (expected "
+        "failure, with its own worst error: `2 known max 1.1e0`) / not run.",
         "",
-        *markdown_table(["backend", *map(column_label, matrix.columns)], rows),
+        *(markdown_table(["backend", "runner form", *grid.modes], rows) if rows else ["No cell ran."]),
+        *(["", skipped] if skipped else []),
     ]
 
 
@@ -111,6 +113,8 @@ def _left_out_section(runs: Sequence[Mapping]) -> list[str]:
         for group in run.get("left_out") or []:
             by_why[(group["kind"], group["why"])][group["backend"]] += group["cells"]
     lines = ["## Left out: cells no machine runs here, not collected", ""]
+    if not any("left_out" in run for run in runs):
+        return lines + ["Not recorded: these runs predate the count (they collected every cell)."]
     if not by_why:
         return lines + ["None."]
     rows = [[md_cell(kind), md_cell(why), str(sum(backends.values())), ", ".join(sorted(backends))]
