@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from harness.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summar
 from harness.reporting.per_backend import per_backend_lines
 from harness.reporting.totals import totals_line
 from harness.results import (append_record, cell_record, left_out_records, partial_because, read_records, run_dir,
-                             run_id, runners_left_out_here, selection, write_notes, write_run_info)
+                             run_folder, run_id, runners_left_out_here, selection, write_notes, write_run_info)
 from harness.sanitizer import AUTO_STATUSES, AUTO_TOOLS, SANITIZE_MAX_DEFAULT, SANITIZED_STATUSES, TOOL_FLAGS, sanitize
 from harness.seed_bugs import FIXES, REPLAY, SEED_BUGS, ReplayError, apply_requested, requested_fixes
 from harness.warmup import compiling_alone, plan_warm_up, wait_for_warm_up
@@ -109,7 +110,7 @@ def _check_counts(config) -> None:
 def pytest_configure(config):
     run_id()  # set before xdist spawns workers, so all share one run folder
     os.environ[DRAWS_ENV] = config.getoption("--draws")  # likewise inherited by the workers
-    gpu_slots.pin_worker(run_dir() / gpu_slots.SLOTS_DIR)  # before anything initialises CUDA
+    gpu_slots.pin_worker(run_folder(run_id()) / gpu_slots.SLOTS_DIR)  # before CUDA starts; made only if used
     try:
         apply_requested(config.getoption("--replay"), config.getoption("--apply-fix"))
     except ReplayError as error:
@@ -491,6 +492,9 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     config._attn_records = records
     config._attn_last_line = totals_line(records, str(ledger.folder / NOT_RUN_LIST)) if records else None
+    if not records:  # a session of the harness's own tests ran no cell: it leaves no run folder behind
+        shutil.rmtree(ledger.folder, ignore_errors=True)
+        return
     info = {
         "run_id": run_id(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(config._attn_started)),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

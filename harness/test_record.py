@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -17,7 +18,7 @@ from harness import ROOT
 from harness.record import RECORDED, NothingToRecord, PartOverWhole, record
 from harness.reporting.cell_schema import load_results
 from harness.reporting.test_reporting import CELLS, README, RUN, write_results
-from harness.results import OUTPUT_DIR, RUN_ID_ENV
+from harness.results import CELLS_DIR, OUTPUT_DIR, RUN_ID_ENV
 
 # One cheap cell of the real matrix (float32 Triton, eager: it runs on the CPU interpreter too).
 CHEAP_CELL = "draft_decode-chain-bs2-dtypefloat32-triton-eager"
@@ -44,7 +45,7 @@ def test_record_copies_what_the_section_keeps_and_regenerates_the_matrix(run_fol
     assert {str(path.relative_to(recorded / "gpu")) for path in written if path != page} == kept
     assert load_results(recorded / "gpu" / "results.json.gz") == load_results(run_folder / "results.json")
     assert (recorded / "gpu" / "results.json.gz").read_bytes() == record("gpu", run_folder, recorded, page)[0].read_bytes()
-    assert page in written and "| triton | 2/2 | 1/1 |" in page.read_text()
+    assert page in written and "| triton | eager | 2/2 |" in page.read_text()
     assert not (recorded / "gpu" / "DIGEST.md").exists()  # not in the table: a run's own output only
     assert (recorded / "gpu" / "BENCH.md").read_text() == "earlier sessions\n"  # not written again: kept
     assert page not in record("gpu", run_folder, recorded, page)  # the page is already current
@@ -91,3 +92,14 @@ def test_a_run_leaves_a_clean_clone_clean(tmp_path):
     status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=clone, capture_output=True, text=True,
                             check=True).stdout.splitlines()
     assert [line for line in status if not line.endswith("__pycache__/")] == [f"!! {output.name}/"], status
+
+
+def test_a_session_that_runs_no_cell_leaves_no_run_folder():
+    """The test command runs sessions of the harness's own tests in subprocesses: none leaves an empty
+    (or cell-less) out/cells/<run>/ behind."""
+    run = f"no-cell-{uuid.uuid4().hex[:8]}"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, RUN_ID_ENV: run}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "harness/test_platform.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not (CELLS_DIR / run).exists(), sorted(path.name for path in (CELLS_DIR / run).iterdir())

@@ -1,6 +1,6 @@
-"""The aggregations the reports draw, so they can never disagree about a count: the backend x
-(mode, runner) matrix of the docs page, and the grid of SUMMARY.md and matrix.png (a row per backend
-and runner form, a column per mode, rows and columns where every cell was skipped left out and named).
+"""The grid SUMMARY.md, matrix.png and the docs matrix all draw, so they can never disagree about a
+count: a row per backend and runner form, a column per mode, rows and columns where every cell was
+skipped left out and named.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Iterable, Mapping
 
 from harness.reporting.cell_schema import EXECUTED, MODE_ORDER, PADDINGS, RUNNERS, UNEXPECTED
 
-Column = tuple  # (mode, runner) or (mode, runner, padding)
 Form = tuple  # (runner,) or (runner, padding): a row of the grid under its backend
 KNOWN = ("xfailed", "xpassed")  # the statuses a known failure gives
 
@@ -78,12 +77,6 @@ def shortened(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
-def column_of(cell: Mapping, with_padding: bool) -> Column:
-    if with_padding and cell["padding"] is not None:
-        return (cell["mode"], cell["runner"], cell["padding"])
-    return (cell["mode"], cell["runner"])
-
-
 def _rank(value: str | None, order: tuple) -> tuple:
     """Declared values first in declared order, then anything else alphabetically."""
     return (order.index(value), "") if value in order else (len(order), value or "")
@@ -91,36 +84,6 @@ def _rank(value: str | None, order: tuple) -> tuple:
 
 def _form_rank(form: Form) -> tuple:
     return (_rank(form[0], RUNNERS), _rank(form[1] if len(form) > 1 else None, (None,) + PADDINGS))
-
-
-def _column_rank(column: Column) -> tuple:
-    return (_rank(column[0], MODE_ORDER), *_form_rank(column[1:]))
-
-
-def column_label(column: Column, sep: str = "/") -> str:
-    return sep.join(column)
-
-
-@dataclass(frozen=True)
-class Matrix:
-    backends: list[str]
-    columns: list[Column]
-    tallies: dict[tuple[str, Column], Tally]
-
-    def tally(self, backend: str, column: Column) -> Tally | None:
-        return self.tallies.get((backend, column))
-
-
-def build_matrix(cells: Iterable[Mapping], with_padding: bool = False) -> Matrix:
-    tallies: dict[tuple[str, Column], Tally] = {}
-    for cell in cells:
-        key = (cell["backend"], column_of(cell, with_padding))
-        tallies.setdefault(key, Tally()).add(cell)
-    return Matrix(
-        backends=sorted({backend for backend, _ in tallies}),
-        columns=sorted({column for _, column in tallies}, key=_column_rank),
-        tallies=tallies,
-    )
 
 
 def form_of(cell: Mapping) -> Form:
@@ -170,7 +133,7 @@ def skipped_line(grid: Grid) -> str | None:
     parts = [f"{backend} ({', '.join(forms)})" for backend, forms in by_backend.items()]
     if grid.skipped_modes:
         parts.append("modes " + ", ".join(grid.skipped_modes))
-    return ("Not drawn, every cell skipped (reasons under Skipped, by reason): " + "; ".join(parts)) if parts else None
+    return ("Not drawn, every cell skipped (SUMMARY.md gives the reasons under Skipped, by reason): " + "; ".join(parts)) if parts else None
 
 
 def format_err(value: float | None) -> str:

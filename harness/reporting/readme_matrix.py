@@ -16,7 +16,7 @@ from typing import Mapping
 from harness import ROOT
 from harness.reporting.cell_schema import ReportingError
 from harness.reporting.markdown import markdown_table, md_cell
-from harness.reporting.matrix import Tally, build_matrix, column_label, shortened
+from harness.reporting.matrix import Tally, build_grid, form_label, shortened, skipped_line
 from harness.reporting.runs import RunFacts
 
 SECTIONS = ("gpu", "cpu")
@@ -44,18 +44,20 @@ def _square(tally: Tally | None) -> str:
 
 
 def render_block(results: Mapping, section: str) -> str:
-    """The Markdown that goes between the section's markers (markers excluded)."""
-    matrix = build_matrix(results["cells"])
-    rows = [
-        [backend, *(_square(matrix.tally(backend, column)) for column in matrix.columns)]
-        for backend in matrix.backends
-    ]
+    """The Markdown that goes between the section's markers (markers excluded): SUMMARY.md's grid, a
+    row per backend and runner form and a column per mode, without the rows and columns of skips only."""
+    grid = build_grid(results["cells"])
+    rows = [[backend if i == 0 or backend != grid.rows[i - 1][0] else "", form_label(form),
+             *(_square(grid.tally((backend, form), mode)) for mode in grid.modes)]
+            for i, (backend, form) in enumerate(grid.rows)]
+    skipped = skipped_line(grid)
     return "\n".join([
         f"<!-- generated from reports/{section}/results.json.gz by `python -m harness record --section {section}`; "
         "do not edit by hand -->",
         f"_{RunFacts.of(results['runs']).line()}_",
         "",
-        *markdown_table(["backend", *(column_label(column, " / ") for column in matrix.columns)], rows),
+        *markdown_table(["backend", "runner form", *grid.modes], rows),
+        *(["", skipped] if skipped else []),
     ])
 
 

@@ -8,7 +8,7 @@ import pytest
 from harness.reporting.__main__ import main
 from harness.reporting.cell_schema import ReportingError, load_results
 from harness.reporting.heatmap import NOT_RUN_COLOR, UNEXPECTED_COLOR, _fill
-from harness.reporting.matrix import build_matrix
+from harness.reporting.matrix import build_grid
 from harness.reporting.merge import UNRECORDED, merge_runs
 from harness.results import MANIFEST
 
@@ -176,10 +176,10 @@ def test_merge_rejects_a_note_of_the_wrong_type(tmp_path):
 
 
 def test_not_run_colours_its_square_unless_something_failed():
-    matrix = build_matrix([NOT_RUN, make_cell(backend="fa3", status="failed"),
-                           make_cell(backend="fa3", case="x", status="not_run", reason="r")])
-    assert _fill(matrix.tally("torch_native", ("target_verify", "eager"))) == NOT_RUN_COLOR
-    assert _fill(matrix.tally("fa3", ("target_verify", "eager"))) == UNEXPECTED_COLOR
+    grid = build_grid([NOT_RUN, make_cell(backend="fa3", status="failed"),
+                       make_cell(backend="fa3", case="x", status="not_run", reason="r")])
+    assert _fill(grid.tally(("torch_native", ("eager",)), "target_verify")) == NOT_RUN_COLOR
+    assert _fill(grid.tally(("fa3", ("eager",)), "target_verify")) == UNEXPECTED_COLOR
 
 
 # junit ----------------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_summary(tmp_path):
     assert "| **fa3** | eager | 0/2 · 2.5e-1 · 1 crash · 1 fail |" in text
     # the known failures' error stands apart: nothing a known failure does not cover was measured here
     assert "| **flashinfer** | eager | 0/2 · – · 1 xpass max 1e-7 · 1 known max 1e-7 |" in text
-    assert "| **fa4** |" not in text and "every cell skipped (reasons under Skipped, by reason): fa4 (eager)" in text
+    assert "| **fa4** |" not in text and "every cell skipped (SUMMARY.md gives the reasons under Skipped, by reason): fa4 (eager)" in text
     assert "| **torch_native** | eager | 0/0 · – · 1 not run |" in text
     assert "| not_run | 1 |" in text and "| total | 10 |" in text
     assert f"## Not run, by reason\n\n- **{NOT_RUN['reason']}** (1 cells): `{NOT_RUN['cell_id']}`" in text
@@ -342,12 +342,12 @@ def test_readme_matrix_rewrite_then_check(tmp_path, capsys):
     text = readme.read_text()
     assert text.startswith("# attn-harness\n\nintro\n\n<!-- matrix:gpu:start -->\n")
     assert text.endswith("<!-- matrix:gpu:end -->\n\nmore text\n") and "old table" not in text
-    assert "| backend | target_verify / eager | target_verify / cuda_graph |" in text
-    assert "| triton | 2/2 | 1/1 |" in text
-    assert "| fa3 | 0/2 ❌ | – |" in text
-    assert "| fa4 | skip: fa4 needs sm100 | – |" in text
-    assert "| torch_native | 0/0 ⚠ 1 not run | – |" in text
-    assert "| flashinfer | 0/2 ❌ known: KF-fi-chain, KF-fi-tree | – |" in text
+    assert "| backend | runner form | target_verify |" in text
+    assert "| triton | eager | 2/2 |\n|  | cuda_graph prod_fill | 1/1 |" in text
+    assert "| fa3 | eager | 0/2 ❌ |" in text
+    assert "| fa4 |" not in text and "every cell skipped (SUMMARY.md gives the reasons under Skipped, by reason): fa4 (eager)" in text
+    assert "| torch_native | eager | 0/0 ⚠ 1 not run |" in text
+    assert "| flashinfer | eager | 0/2 ❌ known: KF-fi-chain, KF-fi-tree |" in text
     assert "_2026-11-22 · NVIDIA H200 · driver 570.86 · python 3.11.2, torch 2.11.0" in text
     assert main(readme_args(results, readme, "--check")) == 0
     assert readme.read_text() == text  # idempotent
@@ -361,7 +361,7 @@ def test_readme_matrix_check_fails_on_drift(tmp_path, capsys):
     flipped = [make_cell(status="failed", reason="boom") if c is CELLS[0] else c for c in CELLS]
     assert main(readme_args(write_results(tmp_path / "results.json", flipped), readme, "--check")) == 1
     out, err = capsys.readouterr()
-    assert "-| triton | 2/2 | 1/1 |" in out and "+| triton | 1/2 ❌ | 1/1 |" in out
+    assert "-| triton | eager | 2/2 |" in out and "+| triton | eager | 1/2 ❌ |" in out
     assert "differs from" in err
 
 
