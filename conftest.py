@@ -1,5 +1,5 @@
-"""Repository-level pytest hooks live in harness/pytest_plugin.py."""
+"""Repository-level pytest hooks live in harness/session/pytest_plugin.py."""
 
 import harness  # noqa: F401  (switches Triton to its CPU interpreter before torch loads)
 
-pytest_plugins = ["harness.pytest_plugin", "harness.generated_plugin", "harness.worker_exit", "harness.fork_server_plugin"]
+pytest_plugins = ["harness.session.pytest_plugin", "harness.search.generated_plugin", "harness.speed.worker_exit", "harness.speed.fork_server_plugin"]

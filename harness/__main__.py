@@ -2,13 +2,13 @@
 
 It runs the differential cells with pytest (one xdist worker per core, or per
 GPU: `--gpus N` spreads the cells over the first N GPUs of this host, each worker
-pinned to one by harness/gpu_slots.py), then turns the per-cell lines into
+pinned to one by harness/speed/gpu_slots.py), then turns the per-cell lines into
 out/<cpu|gpu>/: results.json (the source of truth), junit.xml, SUMMARY.md and matrix.png, and
-COVERAGE.md (the pairs of axis values the case matrix covers, harness/pair_coverage.py).
+COVERAGE.md (the pairs of axis values the case matrix covers, harness/search/pair_coverage.py).
 Its last line accounts for every collected cell; it exits non-zero if any failed,
 crashed or did not run. The checkout is left as it was: `python -m harness record`
 copies a run's outputs into the tracked reports/ and regenerates the docs matrix
-(harness/record.py).
+(harness/session/record.py).
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ import os
 import subprocess
 import sys
 
-from harness import ROOT, cli, findings, gpu_slots, platform
-from harness.record import RECORDED, NothingToRecord, record
+from harness import ROOT
+from harness.base import cli, platform
+from harness.bugs import findings
+from harness.speed import gpu_slots
+from harness.session.record import RECORDED, NothingToRecord, record
 from harness.reporting.cell_schema import load_results
-from harness.results import OUTPUT_DIR, RUN_ID_ENV, SECTION, narrowed_by, run_folder, run_id
+from harness.base.results import OUTPUT_DIR, RUN_ID_ENV, SECTION, narrowed_by, run_folder, run_id
 
 
 RUN_EXAMPLES = """\
@@ -52,7 +55,7 @@ def build_parser() -> cli.Parser:
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=RUN_EXAMPLES)
     run.add_argument("-n", "--workers", type=cli.workers, default=None,
                      help="pytest-xdist workers (default: as many as the host's cores and GPU memory allow, "
-                          "harness/platform.py default_workers; one per core without a GPU)")
+                          "harness/base/platform.py default_workers; one per core without a GPU)")
     run.add_argument("--gpus", type=cli.positive_int, default=None, metavar="N",
                      help="spread the cells over the first N GPUs of this host, the workers taking them in "
                           "turn (worker slot s on GPU s mod N); one merged report")
@@ -79,7 +82,7 @@ def build_parser() -> cli.Parser:
 
 def cases_dir(pytest_args: list[str]) -> str:
     """The case folder the run's pytest reads (its --cases-dir, else cases/)."""
-    from harness.cases import CASES_DIR  # the case schema (and torch) only where a run needs them
+    from harness.case.cases import CASES_DIR  # the case schema (and torch) only where a run needs them
 
     given = [arg.split("=", 1)[1] if "=" in arg else after
              for arg, after in zip(pytest_args, [*pytest_args[1:], ""]) if arg.split("=", 1)[0] == "--cases-dir"]

@@ -12,7 +12,7 @@ import pytest
 
 from harness import ROOT
 from harness.reporting.merge import merge_runs
-from harness.results import MANIFEST, RUN_ID_ENV, run_folder
+from harness.base.results import MANIFEST, RUN_ID_ENV, run_folder
 
 
 @pytest.fixture

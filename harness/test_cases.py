@@ -1,17 +1,17 @@
 """The differential test: one pytest item per cell of the case matrix (see conftest).
 
-A failing cell says how it failed (harness/failure_class.py) before it fails; where a
+A failing cell says how it failed (harness/ledger/failure_class.py) before it fails; where a
 KNOWN_FAILURES.md entry covers the cell, that entry's signature decides between an expected
-failure and a new one (harness/pytest_plugin.py judge_failure).
+failure and a new one (harness/session/pytest_plugin.py judge_failure).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from harness.cell_matrix import skip_reason
-from harness.failure_class import of_exception, of_mismatch
-from harness.run_cell import CellSkipped, run_cell
+from harness.cell.cell_matrix import skip_reason
+from harness.ledger.failure_class import of_exception, of_mismatch
+from harness.cell.run_cell import CellSkipped, run_cell
 
 
 def test_cell(cell, cell_metrics, judge_failure):

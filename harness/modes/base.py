@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from harness.reference import Query, spans_of
+from harness.checks.reference import Query, spans_of
 
 if TYPE_CHECKING:
     import torch
 
-    from harness.case_spec import CaseSpec
+    from harness.base.case_spec import CaseSpec
 
-# A backend entry's builder (harness/backends.py BackendEntry.build): (role, model_runner, spec) -> sglang's
+# A backend entry's builder (harness/fixtures/backends.py BackendEntry.build): (role, model_runner, spec) -> sglang's
 # backend. Modes sit below the backend registry, so they are handed the builder, not the entry.
 BuildBackend = Callable[[str, Any, "CaseSpec"], Any]
 

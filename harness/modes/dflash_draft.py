@@ -29,7 +29,7 @@ import torch
 from harness.modes.dflash_verify import DFlashVerify
 
 if TYPE_CHECKING:
-    from harness.case_spec import CaseSpec
+    from harness.base.case_spec import CaseSpec
 
 
 class DFlashDraft(DFlashVerify):

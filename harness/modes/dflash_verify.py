@@ -22,7 +22,7 @@ DFlashDraftInputV2.prepare_for_decode, reserve = 2 * block_size), page-aligned f
 0.5.19 (page_aligned_decode_alloc_lens), plain committed + 2 x block before: a request's row
 holds the reservation, slots the allocator owns that nothing has written. Where sglang's
 req_to_token row is too narrow for it (page size 1: 4 + block columns past the context against a
-reserve of 2 x block), the cell fails its row-capacity check (harness/invariants.py), as
+reserve of 2 x block), the cell fails its row-capacity check (harness/checks/invariants.py), as
 production writes the rest into the next request's row (findings/spec-reserve-past-req-to-token-row).
 """
 
@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem, visible_spans
-from harness.reference import Query
-from harness.releases import since
+from harness.checks.reference import Query
+from harness.base.releases import since
 
 if TYPE_CHECKING:
-    from harness.case_spec import CaseSpec
+    from harness.base.case_spec import CaseSpec
 
 
 def _reserved_unaligned(prefix: int, block: int, page_size: int) -> int:

@@ -30,7 +30,7 @@ req_to_token row (branch_start):
   the prefix tail there. The row is whole pages (the scheduler allocates page-aligned lengths:
   allocation_sizing.page_aligned_decode_alloc_lens, eagle_utils.eagle_prepare_for_decode), and
   sglang widens each req_to_token row for it (allocation_sizing.get_alloc_len_per_decode's
-  ``num_new_pages_per_topk`` reserve, get_req_to_token_extra_context_len; harness/pools.py asks
+  ``num_new_pages_per_topk`` reserve, get_req_to_token_extra_context_len; harness/fixtures/pools.py asks
   for that width). forward_batch makes the same copy, in the pool and in the harness's copy of
   the K/V, so the holes hold the very values of the prefix tail; the reference still reads, per
   query, the prefix and its own branch's tokens by row position. sglang serves the paged tree
@@ -53,12 +53,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.reference import Query
+from harness.checks.reference import Query
 from harness.modes.base import (EAGLE_MOST_COMMITTED_WHY, ForwardStep, ModeDefaults, base_fields,
                                  eagle_most_committed, eagle_speculative_args, visible_spans)
 
 if TYPE_CHECKING:
-    from harness.case_spec import CaseSpec
+    from harness.base.case_spec import CaseSpec
 
 
 class DraftDecode(ModeDefaults):

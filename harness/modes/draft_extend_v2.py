@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.reference import Query
+from harness.checks.reference import Query
 from harness.modes.base import (ForwardStep, WindowedMode, base_fields, fixed_window_problem,
                                  host_mirror, visible_spans)
 
 if TYPE_CHECKING:
-    from harness.case_spec import CaseSpec
+    from harness.base.case_spec import CaseSpec
 
 
 class DraftExtendV2(WindowedMode):

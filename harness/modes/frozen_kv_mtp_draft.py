@@ -34,11 +34,11 @@ import torch
 
 from harness.modes.base import BuildBackend, ForwardStep, ModeDefaults, base_fields, eagle_speculative_args
 from harness.modes.draft_decode import MODE as DRAFT_DECODE
-from harness.reference import Query, spans_of
-from harness.releases import installed, since
+from harness.checks.reference import Query, spans_of
+from harness.base.releases import installed, since
 
 if TYPE_CHECKING:
-    from harness.case_spec import CaseSpec
+    from harness.base.case_spec import CaseSpec
 
 # frozen_kv_mtp_worker_v2._init_draft_attn_backend: the backends it builds for topk > 1.
 TOPK_DRAFT_BACKENDS = ("triton", "trtllm_mha")

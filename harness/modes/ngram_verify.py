@@ -23,7 +23,7 @@ from harness.modes.base import fixed_window_problem
 from harness.modes.target_verify import TargetVerify
 
 if TYPE_CHECKING:
-    from harness.case_spec import CaseSpec
+    from harness.base.case_spec import CaseSpec
 
 
 # sglang's default --speculative-ngram-max-bfs-breadth (arg_groups/fields/spec.py, 0.5.17-0.5.23).

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.reference import Query
+from harness.checks.reference import Query
 from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem, visible_spans
 
 if TYPE_CHECKING:
-    from harness.case_spec import CaseSpec
+    from harness.base.case_spec import CaseSpec
 
 
 def max_tree_nodes(topk: int, num_steps: int) -> int:

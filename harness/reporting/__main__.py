@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import cli
-from harness.cases import CASES_DIR
-from harness.known_failures import KnownFailuresError, load_known_failures
+from harness.base import cli
+from harness.case.cases import CASES_DIR
+from harness.ledger.known_failures import KnownFailuresError, load_known_failures
 from harness.reporting.cell_schema import ReportingError, load_results
 from harness.reporting.digest import compare, render_digest
 from harness.reporting.junit import write_junit
@@ -24,7 +24,7 @@ from harness.reporting.phases import render_phases
 from harness.reporting.readme_matrix import MATRIX_PAGE, SECTIONS, page_with_matrix, readme_diff
 from harness.reporting.summary import render_summary
 from harness.reporting.totals import totals_line
-from harness.results import OUTPUT_DIR, SECTION
+from harness.base.results import OUTPUT_DIR, SECTION
 
 # Defaults are text so that argparse checks them like a path the user typed: this machine's
 # section of the output folder, where `python -m harness run` writes.
@@ -109,8 +109,8 @@ def cmd_same_outcomes(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from harness.cases import CaseFileError, load_all_cases
-    from harness.pair_coverage import coverage, uncovered_lines
+    from harness.case.cases import CaseFileError, load_all_cases
+    from harness.search.pair_coverage import coverage, uncovered_lines
     from harness.reporting.coverage import render_coverage
 
     try:
@@ -121,13 +121,13 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     missing = uncovered_lines(table)
     if missing:
         print(f"{len(missing)} possible pair(s) of axis values have no cell (listed in {args.out}); "
-              "python -m harness.pair_cover proposes case variants that cover them", file=sys.stderr)
+              "python -m harness.search.pair_cover proposes case variants that cover them", file=sys.stderr)
     return 1 if missing and args.check else 0
 
 
 def cmd_rejudge(args: argparse.Namespace) -> int:
-    from harness.cases import CaseFileError, load_all_cases
-    from harness.releases import installed
+    from harness.case.cases import CaseFileError, load_all_cases
+    from harness.base.releases import installed
     from harness.reporting.rejudge import ALARMING, rejudge, render
     from harness.reporting.runs import contracts_ran
 

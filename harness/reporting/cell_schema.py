@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.failure_class import FAILURE_CLASSES
+from harness.ledger.failure_class import FAILURE_CLASSES
 from harness.modes import MODES
 from harness.runners import GRAPH_RUNNER_NAMES as GRAPH_RUNNERS
 from harness.runners import RUNNER_NAMES as RUNNERS
@@ -27,7 +27,7 @@ EXECUTED = frozenset(STATUSES) - {"skipped", "not_run"}
 # Outcomes of executed cells that make the run fail: a real failure, or a known failure that got fixed.
 UNEXPECTED = frozenset({"failed", "crashed", "xpassed"})
 PADDINGS = ("prod_fill", "small_real")
-DRAFT_SHAPES = ("chain", "tree")  # harness/case_spec.py: CaseSpec.draft_shape
+DRAFT_SHAPES = ("chain", "tree")  # harness/base/case_spec.py: CaseSpec.draft_shape
 # Display order only (reports put the verify path first); unknown modes sort after these.
 MODE_ORDER = tuple(MODES)
 
@@ -53,7 +53,7 @@ CELL_FIELDS: dict[str, _Field] = {
     "backend": _Field(_TEXT),
     "mode": _Field(_TEXT),
     "draft_shape": _Field(_TEXT, choices=DRAFT_SHAPES),
-    "host_mirrors": _Field(_TEXT),  # the case field's value: full, gpu_only, none (harness/cases.py)
+    "host_mirrors": _Field(_TEXT),  # the case field's value: full, gpu_only, none (harness/case/cases.py)
     "runner": _Field(_TEXT, choices=RUNNERS),
     "padding": _Field(_TEXT, nullable=True, choices=PADDINGS),
     "capture_bs": _Field((int,), nullable=True),
@@ -68,17 +68,17 @@ CELL_FIELDS: dict[str, _Field] = {
     "nodeid": _Field(_TEXT),
     "rerun": _Field(_TEXT),
 }
-# Added after the run by crash attribution (harness/lone_run.py) and sanitizer re-runs
-# (harness/sanitizer.py), or by the worker for an executed cell (phase_s, failure_class); absent
+# Added after the run by crash attribution (harness/ledger/lone_run.py) and sanitizer re-runs
+# (harness/ledger/sanitizer.py), or by the worker for an executed cell (phase_s, failure_class); absent
 # from records that predate them.
 OPTIONAL_FIELDS: dict[str, _Field] = {
-    # how a failed, crashed or xfailed cell failed (harness/failure_class.py); null for the others
+    # how a failed, crashed or xfailed cell failed (harness/ledger/failure_class.py); null for the others
     "failure_class": _Field(_TEXT, nullable=True, choices=tuple(FAILURE_CLASSES)),
     "reproduced_alone": _Field((bool,), nullable=True),  # did the crash happen again in a fresh process?
     "lone_run": _Field(_TEXT, nullable=True),  # what that lone run said
     "sanitizer": _Field((dict,), nullable=True),  # tool -> its first error block (or why none)
-    "phase_s": _Field((dict,), nullable=True),  # wall seconds per phase (harness/results.py)
-    "traits": _Field((list,), nullable=True),  # the case's traits (harness/case_traits.py)
+    "phase_s": _Field((dict,), nullable=True),  # wall seconds per phase (harness/base/results.py)
+    "traits": _Field((list,), nullable=True),  # the case's traits (harness/case/case_traits.py)
 }
 TOLERANCE_KEYS = ("atol", "rtol")
 # Fields that only mean something for CUDA-graph replay.

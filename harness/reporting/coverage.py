@@ -1,17 +1,17 @@
 """COVERAGE.md: for each backend x mode, the pairs of axis values it can have and how many cells cover.
 
-Computed from the case matrix and the entries' rules (harness/pair_coverage.py), not from a run,
+Computed from the case matrix and the entries' rules (harness/search/pair_coverage.py), not from a run,
 so it says what the matrix holds: a pair counts as covered by a cell this machine skips (a GPU
 cell on CPU), and the table says how many pairs only such cells cover.
 """
 
 from __future__ import annotations
 
-from harness import platform
-from harness.pair_coverage import AXES, Coverage, show_pair
+from harness.base import platform
+from harness.search.pair_coverage import AXES, Coverage, show_pair
 from harness.reporting.markdown import markdown_table
-from harness.releases import installed
-from harness.results import SECTION
+from harness.base.releases import installed
+from harness.base.results import SECTION
 
 
 def _pairs(pairs: list) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.reporting.cell_schema import ReportingError, read_cell_lines, validate_cell
-from harness.results import MANIFEST, NOTES_GLOB, RECORDS_GLOB, cell_record
+from harness.base.results import MANIFEST, NOTES_GLOB, RECORDS_GLOB, cell_record
 
 RUN_RECORD = "run.json"
 UNRECORDED = ("no result was recorded: the session ended (killed, timed out, or its process died) "

@@ -1,13 +1,13 @@
 """Where a run's time went: the phase timings of its executed cells, summed per runner form.
 
-Each executed cell's record carries ``phase_s`` (harness/results.py); what a cell's pytest
+Each executed cell's record carries ``phase_s`` (harness/base/results.py); what a cell's pytest
 wall time holds beyond its phases is pytest's own per-cell work (``pytest``), and what the run's
 wall time holds beyond its cells' (divided over the workers) is start-up and collection.
 """
 
 from __future__ import annotations
 
-from harness.results import PHASES
+from harness.base.results import PHASES
 
 
 def _row(label: str, cells: list[dict]) -> str:

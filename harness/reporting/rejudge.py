@@ -17,10 +17,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from harness.case_spec import Case
-from harness.case_traits import traits_of
-from harness.failure_class import Failure
-from harness.known_failures import KnownFailure, match
+from harness.base.case_spec import Case
+from harness.case.case_traits import traits_of
+from harness.ledger.failure_class import Failure
+from harness.ledger.known_failures import KnownFailure, match
 from harness.reporting.cell_schema import EXECUTED
 from harness.reporting.markdown import markdown_table
 

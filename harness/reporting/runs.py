@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from harness.releases import UnsupportedVersionError, contracts_of
+from harness.base.releases import UnsupportedVersionError, contracts_of
 from harness.reporting.cell_schema import ReportingError
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Mapping, Sequence
 
-from harness.known_failures import KnownFailure, stale
-from harness.results import partial_because, runners_left_out_here
+from harness.ledger.known_failures import KnownFailure, stale
+from harness.base.results import partial_because, runners_left_out_here
 from harness.reporting.cell_schema import STATUSES, UNEXPECTED, diagnosis_lines, outcome_message
 from harness.reporting.markdown import markdown_table, md_cell
 from harness.reporting.matrix import build_grid, form_label, format_err, skipped_line, square_notes
@@ -125,7 +125,7 @@ def _left_out_section(runs: Sequence[Mapping]) -> list[str]:
 def stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailure],
                   runs: Sequence[Mapping] = ()) -> list[str]:
     """Entries the whole matrix has no cell for, among those of the release the runs used; a run of a part
-    of the matrix judges none (harness/results.py partial_because), and the entries the generated tier
+    of the matrix judges none (harness/base/results.py partial_because), and the entries the generated tier
     passed draws over for (run.json ``generated.passed_over``) are named apart: their cells were drawn
     and known, not run."""
     lines = ["## Stale KNOWN_FAILURES entries", ""]

@@ -14,7 +14,7 @@ from harness import ROOT
 from harness.reporting.cell_schema import STATUSES
 from harness.reporting.per_backend import per_backend_lines
 from harness.reporting.test_reporting import CELLS, make_cell
-from harness.results import RUN_ID_ENV, run_folder
+from harness.base.results import RUN_ID_ENV, run_folder
 
 SECTION_TITLE = "attn-harness cells per backend"
 # Skipped at collection on a CPU machine (bf16 under Triton's interpreter, no GPU, no capture):

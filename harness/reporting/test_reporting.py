@@ -10,7 +10,7 @@ from harness.reporting.cell_schema import ReportingError, load_results
 from harness.reporting.heatmap import NOT_RUN_COLOR, UNEXPECTED_COLOR, _fill
 from harness.reporting.matrix import build_grid
 from harness.reporting.merge import UNRECORDED, merge_runs
-from harness.results import MANIFEST
+from harness.base.results import MANIFEST
 
 RUN = {
     "run_id": "night-1", "started_at": "2026-11-22T01:00:00", "finished_at": "2026-11-22T01:10:00",
@@ -441,7 +441,7 @@ def test_digest_xpass_alone_does_not_alarm(tmp_path):
 # phases ---------------------------------------------------------------------------------------
 
 def test_phases_sum_per_runner_and_leave_the_rest_to_pytest(tmp_path, capsys):
-    from harness.results import PHASES
+    from harness.base.results import PHASES
 
     def timed(wall_s, **seconds):
         return {**dict.fromkeys(PHASES, 0.0), **seconds}, wall_s

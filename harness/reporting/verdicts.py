@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from harness.failure_class import FAILURE_CLASSES
+from harness.ledger.failure_class import FAILURE_CLASSES
 from harness.reporting.markdown import markdown_table
 
 # verdict -> what it means; in the order a reader acts on them. All but the last make a run red.

@@ -7,7 +7,7 @@ backends, is decided by the entry with the reason a report shows.
 
 - ``eager``: init_forward_metadata, then the forwards, as the workers run them.
 - ``cuda_graph``: sglang's graph-runner protocol with a real captured graph,
-  replayed on the cell's batch and an extra batch (harness/cell_matrix.py, replay_batches),
+  replayed on the cell's batch and an extra batch (harness/cell/cell_matrix.py, replay_batches),
   each padded to the capture size (GPU only).
 - ``cg_meta``: the same hooks and static buffers with the forwards run eagerly,
   the CPU stand-in that lets CI catch graph-metadata bugs. Exact only for
@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness import platform
+from harness.base import platform
 
 if TYPE_CHECKING:
-    from harness.backends import BackendEntry
+    from harness.fixtures.backends import BackendEntry
 
 
 @dataclass(frozen=True)

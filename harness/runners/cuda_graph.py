@@ -22,18 +22,18 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.backends import BACKENDS
-from harness.pools import StepInputs
-from harness.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
-from harness.guards import Guards
-from harness.invariants import check_backend, check_graph_capacity
+from harness.fixtures.backends import BACKENDS
+from harness.fixtures.pools import StepInputs
+from harness.checks.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
+from harness.checks.guards import Guards
+from harness.checks.invariants import check_backend, check_graph_capacity
 from harness.modes.base import SpecMode
 from harness.runners.padding import HOST_FIELDS, PADDED_ROW, ROW_FIELDS, padded_batch
 
 
 @dataclass(frozen=True)
 class GraphPlan:
-    backend: str  # entry name in harness/backends.py (its declared graph buffers)
+    backend: str  # entry name in harness/fixtures/backends.py (its declared graph buffers)
     capture_bs: int
     capture: bool  # False: cg_meta form, the same hooks and buffers with eager forwards
     topk: int

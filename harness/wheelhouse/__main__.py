@@ -11,8 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from harness import ROOT, cli
-from harness.results import OUTPUT_DIR
+from harness import ROOT
+from harness.base import cli
+from harness.base.results import OUTPUT_DIR
 from harness.wheelhouse import install, received, transfer, verify
 from harness.wheelhouse.manifest import MANIFEST_NAME, Manifest
 from harness.wheelhouse.pins import releases
