@@ -30,7 +30,7 @@ from harness.base.results import OUTPUT_DIR, RUN_ID_ENV, SECTION, narrowed_by, r
 
 RUN_EXAMPLES = """\
 examples:
-  python -m harness run                                   the whole matrix (CPU: about 7 minutes on 2 cores)
+  python -m harness run                                   the whole matrix (CPU: about 5.5 minutes on 2 cores)
   python -m harness run -- -k triton-eager                a selection: cells whose id holds the words (pytest -k)
   python -m harness run -- -k 'draft_decode-chain-bs2-dtypefloat32-triton-eager'
                                                           one cell, by its id (the rerun line of a report names it)
