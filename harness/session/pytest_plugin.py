@@ -110,6 +110,9 @@ def _check_counts(config) -> None:
 
 def pytest_configure(config):
     run_id()  # set before xdist spawns workers, so all share one run folder
+    # A pytest started inside a run (a test of the harness running pytest) inherits the run id: the
+    # folder is then the outer run's, and only the session that made a folder may remove it.
+    config._attn_made_run_folder = not run_folder(run_id()).exists()
     os.environ[DRAWS_ENV] = config.getoption("--draws")  # likewise inherited by the workers
     gpu_slots.pin_worker(run_folder(run_id()) / gpu_slots.SLOTS_DIR)  # before CUDA starts; made only if used
     try:
@@ -494,7 +497,8 @@ def pytest_sessionfinish(session):
     config._attn_records = records
     config._attn_last_line = totals_line(records, str(ledger.folder / NOT_RUN_LIST)) if records else None
     if not records:  # a session of the harness's own tests ran no cell: it leaves no run folder behind
-        shutil.rmtree(ledger.folder, ignore_errors=True)
+        if config._attn_made_run_folder:
+            shutil.rmtree(ledger.folder, ignore_errors=True)
         return
     info = {
         "run_id": run_id(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(config._attn_started)),

@@ -94,12 +94,30 @@ def test_a_run_leaves_a_clean_clone_clean(tmp_path):
     assert [line for line in status if not line.endswith("__pycache__/")] == [f"!! {output.name}/"], status
 
 
-def test_a_session_that_runs_no_cell_leaves_no_run_folder():
-    """The test command runs sessions of the harness's own tests in subprocesses: none leaves an empty
-    (or cell-less) out/cells/<run>/ behind."""
-    run = f"no-cell-{uuid.uuid4().hex[:8]}"
+def _session_without_cells(run: str) -> None:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, RUN_ID_ENV: run}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "harness/base/test_platform.py"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_a_session_that_runs_no_cell_leaves_no_run_folder():
+    """The test command runs sessions of the harness's own tests in subprocesses: none leaves an empty
+    (or cell-less) out/cells/<run>/ behind."""
+    run = f"no-cell-{uuid.uuid4().hex[:8]}"
+    _session_without_cells(run)
     assert not (CELLS_DIR / run).exists(), sorted(path.name for path in (CELLS_DIR / run).iterdir())
+
+
+def test_a_session_inside_a_run_leaves_the_outer_run_folder_alone():
+    """A pytest a test starts inherits the outer run's id, so its folder is the outer run's: a session
+    that ran no cell removes only a folder it made (once it removed the outer run's records, and the
+    outer run lost 540 cells as not run)."""
+    folder = CELLS_DIR / f"outer-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True)
+    try:
+        (folder / "gw0.jsonl").write_text("{}\n")
+        _session_without_cells(folder.name)
+        assert (folder / "gw0.jsonl").read_text() == "{}\n"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
