@@ -8,7 +8,7 @@ seq_lens_sum), TritonAttnBackend.init_forward_metadata sizes the verify's kv_ind
 bs * max_context_len = 8192 entries and the index build writes all 8194 committed tokens' slots into
 them: 2 int64 past the end of the allocation, unchecked (on CPU the heap corruption aborts the process).
 
-    python repro.py          # exit 0: correct; any other exit (1, or an abort) and a BUG line: the bug
+    python repro.py          # exit 0: correct; exit 1 and a BUG line, or an abort right after the UNGUARDED line: the bug
 Runs on a GPU, or on CPU under Triton's interpreter (fp32; about 20 s).
 """
 
@@ -38,7 +38,8 @@ def main() -> int:
             random_kv(pools, request, range(committed + DRAFT), generator)  # the prefix and the draft tokens
         backend = TritonAttnBackend(model_runner(shape, pools, args))
         batch = chain_verify_batch(pools, COMMITTED, STEPS, host_mirrors=False)  # the GPU-only path
-        print("init_forward_metadata: GPU-only verify at the context wall", flush=True)
+        print("UNGUARDED: init_forward_metadata builds the GPU-only verify's kv_indices at the context wall "
+              "(on the CPU an overrun may abort the process here)", flush=True)
         backend.init_forward_metadata(batch)
         bs, metadata = len(COMMITTED), backend.forward_metadata
         written, held = int(metadata.kv_indptr[bs]), metadata.kv_indices.numel()

@@ -75,16 +75,23 @@ def run_repro(slug: str, pythonpath: Path | None, timeout_s: float) -> dict:
         status, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as expired:
         status, output = None, f"{expired.stdout or ''}{expired.stderr or ''}\ntimed out after {timeout_s:g} s"
-    lines = list(dict.fromkeys(line for line in output.splitlines() if line.startswith(("BUG:", "OK:"))))
+    lines = list(dict.fromkeys(line for line in output.splitlines() if line.startswith(SAID)))
     tail = [line for line in output.splitlines() if line.strip()][-12:]
     return dict(exit=status, seconds=round(time.monotonic() - started, 1), said=lines,
                 tail=tail if not any(line.startswith("OK:") for line in lines) else [])
 
 
+SAID = ("BUG:", "OK:", "UNGUARDED:")  # the lines a reproducer says its verdict with, and the unguarded call
+
+
 def outcome(result: dict) -> str:
-    """'bug' (a BUG line and a failing exit), 'ok' (exit 0 and an OK line), else 'broken'."""
+    """'bug' (a BUG line and a failing exit, or a death by signal right after an UNGUARDED line: the
+    call it names overran memory and the heap corruption aborted the process before the check could
+    say so, as an out-of-bounds write on the CPU may), 'ok' (exit 0 and an OK line), else 'broken'."""
     said = " ".join(result["said"])
-    if result["exit"] not in (0, None) and "BUG:" in said:
+    aborted_unguarded = (result["exit"] or 0) < 0 and result["said"][-1:] != [] \
+        and result["said"][-1].startswith("UNGUARDED:")
+    if result["exit"] not in (0, None) and ("BUG:" in said or aborted_unguarded):
         return "bug"
     if result["exit"] == 0 and "OK:" in said and "BUG:" not in said:
         return "ok"

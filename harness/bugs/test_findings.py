@@ -119,3 +119,15 @@ def test_the_triton_reproducer_fails_stock_and_passes_fixed_without_the_harness(
     result = run_finding("triton-kv-past-context", tmp_path, timeout_s=300)
     assert result["as_claimed"], result
     assert any("past the end of the allocation" in line for line in result["stock"]["said"])
+
+
+def test_an_abort_counts_as_the_bug_only_right_after_the_unguarded_call():
+    """On the CPU an out-of-bounds index build can corrupt the heap and abort before the reproducer's
+    own check prints BUG (seen in CI on 0.5.17): that abort is the bug only where the reproducer said it
+    was entering the unguarded call; an abort anywhere else is a broken run."""
+    unguarded = "UNGUARDED: init_forward_metadata builds kv_indices"
+    assert outcome(dict(exit=-6, said=[unguarded])) == "bug"
+    assert outcome(dict(exit=-6, said=[])) == "broken"
+    assert outcome(dict(exit=-11, said=[unguarded, "OK: fits"])) == "broken"
+    assert outcome(dict(exit=1, said=[unguarded, "BUG: wrote 2 past"])) == "bug"
+    assert outcome(dict(exit=0, said=[unguarded, "OK: fits"])) == "ok"
