@@ -89,8 +89,7 @@ def outcome(result: dict) -> str:
     call it names overran memory and the heap corruption aborted the process before the check could
     say so, as an out-of-bounds write on the CPU may), 'ok' (exit 0 and an OK line), else 'broken'."""
     said = " ".join(result["said"])
-    aborted_unguarded = (result["exit"] or 0) < 0 and result["said"][-1:] != [] \
-        and result["said"][-1].startswith("UNGUARDED:")
+    aborted_unguarded = (result["exit"] or 0) < 0 and any(line.startswith("UNGUARDED:") for line in result["said"][-1:])
     if result["exit"] not in (0, None) and ("BUG:" in said or aborted_unguarded):
         return "bug"
     if result["exit"] == 0 and "OK:" in said and "BUG:" not in said:

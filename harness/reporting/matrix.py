@@ -109,6 +109,11 @@ class Grid:
     def tally(self, row: tuple[str, Form], mode: str) -> Tally | None:
         return self.tallies.get((row, mode))
 
+    def row_heads(self) -> list[tuple[bool, str, Form]]:
+        """(whether the row is its backend's first, backend, form) per row: tables name a backend once."""
+        return [(i == 0 or backend != self.rows[i - 1][0], backend, form)
+                for i, (backend, form) in enumerate(self.rows)]
+
 
 def build_grid(cells: Iterable[Mapping]) -> Grid:
     tallies: dict[tuple[tuple[str, Form], str], Tally] = {}
@@ -133,7 +138,9 @@ def skipped_line(grid: Grid) -> str | None:
     parts = [f"{backend} ({', '.join(forms)})" for backend, forms in by_backend.items()]
     if grid.skipped_modes:
         parts.append("modes " + ", ".join(grid.skipped_modes))
-    return ("Not drawn, every cell skipped (SUMMARY.md gives the reasons under Skipped, by reason): " + "; ".join(parts)) if parts else None
+    if not parts:
+        return None
+    return "Not drawn, every cell skipped (SUMMARY.md gives the reasons under Skipped, by reason): " + "; ".join(parts)
 
 
 def format_err(value: float | None) -> str:

@@ -47,9 +47,9 @@ def render_block(results: Mapping, section: str) -> str:
     """The Markdown that goes between the section's markers (markers excluded): SUMMARY.md's grid, a
     row per backend and runner form and a column per mode, without the rows and columns of skips only."""
     grid = build_grid(results["cells"])
-    rows = [[backend if i == 0 or backend != grid.rows[i - 1][0] else "", form_label(form),
-             *(_square(grid.tally((backend, form), mode)) for mode in grid.modes)]
-            for i, (backend, form) in enumerate(grid.rows)]
+    rows = [[backend if first else "", form_label(form), *(_square(grid.tally((backend, form), mode))
+                                                             for mode in grid.modes)]
+            for first, backend, form in grid.row_heads()]
     skipped = skipped_line(grid)
     return "\n".join([
         f"<!-- generated from reports/{section}/results.json.gz by `python -m harness record --section {section}`; "

@@ -32,9 +32,9 @@ def _glance_section(cells: Sequence[Mapping]) -> list[str]:
 
 def _matrix_section(cells: Sequence[Mapping]) -> list[str]:
     grid = build_grid(cells)
-    rows = [[f"**{backend}**" if i == 0 or backend != grid.rows[i - 1][0] else "", form_label(form),
+    rows = [[f"**{backend}**" if first else "", form_label(form),
              *(" · ".join(square_notes(grid.tally((backend, form), mode))) or "–" for mode in grid.modes)]
-            for i, (backend, form) in enumerate(grid.rows)]
+            for first, backend, form in grid.row_heads()]
     skipped = skipped_line(grid)
     return [
         "## Matrix",
