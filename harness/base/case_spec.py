@@ -74,7 +74,7 @@ class CaseSpec(BaseModel):
         default=[],
         description="CUDA-graph capture batch sizes; empty means 1x, 2x and 4x bs",
     )
-    backends: list[str] = Field(description="backends to run it on (harness/fixtures/backends.py)")
+    backends: list[str] = Field(description="backends to run it on (harness/families/<family>/backends.py; all of the family's by default)")
     context_len: int = Field(
         default=0, description="the model's context length: backends size their buffers from it, and each "
         "req_to_token row gets sglang's speculative headroom on top; a prefix is at most what a request has "
@@ -92,6 +92,10 @@ class CaseSpec(BaseModel):
         "at position p attends keys at positions k with p - k < sliding_window; sglang's layer gets "
         "sliding_window - 1, as Gemma 2's get_attention_sliding_window_size gives it")
     seed: int = 0
+    family: str = Field(default="dense", description="the attention family (harness/families): set by the case "
+                        "file's top-level 'family', never per case")
+    model: str = Field(default="", description="MLA only: the served model whose latent dims and softmax scale "
+                       "the layer has (harness/families/mla/models.py); num_heads is its heads on one GPU")
 
     @model_validator(mode="after")
     def _one_window_per_request(self) -> "CaseSpec":

@@ -28,6 +28,7 @@ LAYERS = (
     "checks",      # the torch oracle, the comparison, invariants, canaries, graph buffers
     "modes",       # the mode registry: each speculative mode's production contract
     "fixtures",    # backend entries, pools, sglang's process state: what a backend is built on
+    "families",    # attention families (dense, MLA): pools, draws, oracle, model stand-in, backend entries
     "runners",     # the runner-form registry and the CUDA-graph forms
     "case",        # case files -> validated cases: YAML, limits, traits, the scheduler's rules
     "bugs",        # seed bugs and fixes, their replay, the finding packets

@@ -117,7 +117,7 @@ _CHECK = """
 import json, sys
 from pathlib import Path
 import harness
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.case.cases import load_all_cases
 from harness.cell.cell_matrix import expand_cells
 from harness.modes import MODES

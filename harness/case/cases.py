@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 
 from harness import ROOT
 from harness.case import case_limits, case_yaml
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS, FAMILIES
 from harness.base.case_spec import Case, CaseSpec
 from harness.modes import MODES
 from harness.runners import RUNNER_NAMES
@@ -127,8 +127,9 @@ CaseFields = create_model(
     name=_VALUE_FIELDS.pop("name"), bs=(int, Field(description="real requests in the batch")), **_VALUE_FIELDS)
 
 SELECTIONS = ("backends", "runners", "pad_styles", "capture_bs")  # lists a case picks cells from
-SWEEPABLE = tuple(field for field in CaseFields.model_fields if field != "name")
-ENTRY_KEYS = (*CaseFields.model_fields, "sweep", "variants")  # what a case entry may hold
+SWEEPABLE = tuple(field for field in CaseFields.model_fields if field not in ("name", "family"))
+FILE_FIELDS = ("family",)  # set once per file, never per case
+ENTRY_KEYS = (*(f for f in CaseFields.model_fields if f not in FILE_FIELDS), "sweep", "variants")  # what a case entry may hold
 
 
 def _choices(field: str) -> tuple[str, ...]:
@@ -154,10 +155,14 @@ def fields_of(spec: CaseSpec) -> dict[str, Any]:
     return {field: spec.bs if field == "bs" else dump[field] for field in CaseFields.model_fields}
 
 
+Family = Literal[tuple(FAMILIES)]
+
+
 class _CaseFile(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     mode: Mode
+    family: Family = "dense"  # the attention family of every case in the file (harness/families)
     defaults: dict[Any, Any] = {}  # keys are checked against the schema, naming the odd one
     cases: list[dict[Any, Any]]
 
@@ -295,7 +300,7 @@ def _checked_variants(variants: Any) -> list[dict]:
         if nested:
             raise _Problem(f"{field}.{nested}", "a variant cannot hold a sweep or variants of its own; "
                                                 "put the sweep on the case")
-        _checked_keys(variant, field, tuple(CaseFields.model_fields))
+        _checked_keys(variant, field, tuple(f for f in CaseFields.model_fields if f != "family"))
         if "name" not in variant:
             if len(variants) > 1:
                 raise _Problem(field, "has no name; when a case has several variants each needs a "
@@ -373,13 +378,23 @@ def _read_document(path: Path, where: str) -> _CaseFile:
     return parsed
 
 
+def _family_problem(spec: CaseSpec) -> str | None:
+    """A backend of another family, or what the family's own rules refuse."""
+    family = FAMILIES[spec.family]
+    strangers = [name for name in spec.backends if name not in family.backends]
+    if strangers:
+        return (f"backends: {', '.join(strangers)} serve another attention family; a {family.name} case takes "
+                f"{', '.join(family.backends)}")
+    return family.validate(spec)
+
+
 def spec_problem(mode_name: str, spec: CaseSpec) -> tuple[str, str] | None:
     """(field, what is wrong) when a valid spec is no case of its mode or no machine can serve it.
 
     The rules beyond the schema, shared by the loader and the generated tier's strategy.
     """
     mode = MODES[mode_name]
-    problem = mode.validate(spec) or (
+    problem = _family_problem(spec) or mode.validate(spec) or (
         None if mode.takes_draft_window or not (spec.draft_window or spec.draft_sink) else
         f"draft_window: only draft_decode takes draft_window / draft_sink, not {mode_name}")
     return tuple(problem.partition(": ")[::2]) if problem else case_limits.case_problem(mode, spec)
@@ -398,7 +413,8 @@ def load_case_file(path: Path) -> list[Case]:
         label = f"case #{index + 1} ({SHOW.repr(raw['name']) if 'name' in raw else 'no name'})"
         try:
             _checked_keys(raw, "", ENTRY_KEYS)
-            expanded = _expand({**parsed.defaults, **raw}, already=len(cases))
+            family_fields = dict(family=parsed.family, backends=list(FAMILIES[parsed.family].backends))
+            expanded = _expand({**family_fields, **parsed.defaults, **raw}, already=len(cases))
         except _Problem as problem:
             inherited = re.split(r"[.\[]", problem.field)[0] in parsed.defaults.keys() - raw.keys()
             raise CaseFileError(_line(where, label, problem.field,
@@ -424,7 +440,10 @@ def load_case_file(path: Path) -> list[Case]:
 def load_all_cases(directory: Path = CASES_DIR) -> list[Case]:
     if not directory.is_dir():
         raise CaseFileError(f"{directory}: not a folder (the cases folder holds *.yaml case files)")
-    files = sorted(directory.glob("*.yaml"))
+    # a family's files under cases/<family>/ (harness/families), dense's at the top
+    files = sorted(directory.glob("*.yaml")) + sorted(
+        path for family in FAMILIES.values() if family.case_folder
+        for path in (directory / family.case_folder).glob("*.yaml"))
     if not files:
         others = sorted(path.name for path in directory.glob("*.yml"))
         hint = f" ({', '.join(others)}: rename to .yaml)" if others else ""

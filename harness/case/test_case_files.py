@@ -39,7 +39,7 @@ EXPECTED_ERRORS = {
     "top_level_text.yaml": ["expected a mapping with 'mode', 'cases'", "got 'target_verify' (text)"],
     "missing_mode.yaml": ["field 'mode': required"],
     "unknown_mode.yaml": ["field 'mode'", "got 'target_verfy'", "valid: 'target_verify', ", " or 'draft_decode'"],
-    "unknown_top_key.yaml": ["field 'case'", "did you mean 'cases'?", "valid fields: mode, defaults, cases"],
+    "unknown_top_key.yaml": ["field 'case'", "did you mean 'cases'?", "valid fields: mode, family, defaults, cases"],
     "cases_not_list.yaml": ["field 'cases'", "expected a list, got {"],
     "case_not_mapping.yaml": ["case #1", "expected a mapping of fields, got 'chain-bs2' (text)"],
     "defaults_not_mapping.yaml": ["field 'defaults'", "expected a mapping of fields", "(a list)"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.case.case_limits import BUFFERS, largest_cell_sizes
 from harness.case.cases import spec_from_fields
 from harness.modes import MODES

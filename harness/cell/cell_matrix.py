@@ -13,7 +13,7 @@ from pathlib import Path
 from _pytest.mark.expression import Expression
 
 from harness import ROOT
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.base.case_spec import Case, CaseSpec
 from harness.case.case_traits import traits_of
 from harness.case.cases import CASES_DIR
@@ -59,15 +59,16 @@ def skip_reason(cell: Cell) -> str | None:
 
 def combination_skip_reason(mode: str, backend: str, runner: str, spec: CaseSpec) -> str | None:
     """skip_reason for a (mode, backend, runner form, case) before any cell exists (the generator's draws)."""
-    entry = BACKENDS[backend]
-    return (RUNNER_FORMS[runner].skip_reason(entry) or entry.skip_reason(mode, spec)
+    entry, form = BACKENDS[backend], RUNNER_FORMS[runner]
+    return (form.skip_reason(entry) or entry.skip_reason(mode, spec) or (form.graph and entry.graph_refusal(mode))
             or MODES[mode].worker_skip_reason(entry.server_arg, RUNNER_FORMS[runner].graph, spec))
 
 
 LEFT_OUT_KINDS = {  # what leaves a cell out of collection, in the order asked; each asks (form, entry, mode, cell)
     "a runner form the backend lacks": lambda form, entry, mode, cell: form.refusal(entry),
     LEFT_OUT_HERE: lambda form, entry, mode, cell: form.unneeded_here(),
-    "the backend's own limits": lambda form, entry, mode, cell: entry.refusal(cell.case.mode, cell.case.spec),
+    "the backend's own limits": lambda form, entry, mode, cell: (entry.refusal(cell.case.mode, cell.case.spec)
+                                                                 or (form.graph and entry.graph_refusal(cell.case.mode))),
     "a pairing the mode's worker never runs": lambda form, entry, mode, cell: mode.worker_skip_reason(
         entry.server_arg, form.graph, cell.case.spec),
 }

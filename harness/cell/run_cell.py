@@ -15,31 +15,36 @@ import contextlib
 import ctypes
 import dataclasses
 import fnmatch
+import functools
 import itertools
 import os
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import triton
 import triton.language as tl
 
 from harness.base import platform
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS, FAMILIES
 from harness.base.case_spec import CaseSpec
 from harness.cell.cell_matrix import Cell, ReplayBatch, cell_batch, replay_batches, skip_reason
 from harness.checks.compare import HALF_ULP, CellResult, compare
 from harness.modes import MODES
 from harness.modes.base import SpecMode
 from harness.checks.invariants import check_backend, check_row_capacity
-from harness.fixtures.pools import BatchState, StepInputs, build_layout, build_state, draw_inputs, req_to_token_width
+from harness.fixtures.pools import BatchState, StepInputs, build_layout, req_to_token_width
 from harness.base.results import PhaseClock
 from harness.case.scheduler_rules import production_row_lens
 from harness.runners import RUNNER_FORMS
 from harness.runners.cuda_graph import CapturedGraph, GraphPlan
 from harness.fixtures.sglang_env import (layer_sliding_window, model_runner, scheduler_keeps_host_mirrors, server_fields,
                                 sglang_state)
+
+
+# (step backend, q, k, v, layer, forward batch, save_kv_cache) -> the forward's output (AttentionFamily.forward)
+Attend = Callable[..., torch.Tensor]
 
 
 class CellSkipped(Exception):
@@ -90,6 +95,7 @@ class PreparedCell:
     layer: object
     batches: list[_Batch]  # in run order: a graph cell's replay order, else the cell's batch alone
     context_len: int
+    attend: Attend  # one forward of the backend, as the family's model hands it Q/K/V
 
     @property
     def own(self) -> _Batch:
@@ -111,7 +117,7 @@ def _partial_split(cell: Cell, graph: bool) -> str | None:
 def _compare_steps(label: str, outputs, expected, batch: _Batch, splits: tuple[str | None, ...]) -> dict:
     """Compare only rows of the batch's own requests (small_real fillers are not asserted)."""
     spec = batch.run.spec
-    shape = (-1, spec.num_heads, spec.head_dim)
+    shape = FAMILIES[spec.family].shape(spec).output_shape()
     found = {}
     for index, (out, want, step, inputs) in enumerate(zip(outputs, expected, batch.steps, batch.inputs)):
         kept = [row for row, q in enumerate(step.queries) if q.request < batch.run.real_bs]
@@ -195,6 +201,7 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
     """
     clock = clock or PhaseClock()
     first, pool_spec = specs[0], _one_pool_spec(specs)
+    family = FAMILIES[first.family]
     with contextlib.ExitStack() as stack:
         with clock.phase("layout_pools"):
             row_lens = mode.row_lens(pool_spec)
@@ -204,12 +211,13 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
                 sglang_state(server_fields(first, entry.server_arg, mode.speculative_args(first))))
             check_row_capacity(production_row_lens(mode, pool_spec), pool_spec.prefix_lens,
                                pool_spec.model_context_len, req_to_token_width(pool_spec, server_args))
-            state = build_state(pool_spec, layout, row_lens, platform.DEVICE, server_args)
+            state = family.build_state(pool_spec, layout, row_lens, platform.DEVICE, server_args)
             starts = itertools.accumulate((spec.bs for spec in specs), initial=0)
             states = [_batch_view(state, spec, slice(start, start + spec.bs)) for spec, start in zip(specs, starts)]
         with clock.phase("backend"):
             runner_obj = model_runner(first, state.pools, server_args, platform.DEVICE,
-                                      is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm)
+                                      is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm,
+                                      family_fields=family.runner_fields(first, state.pools.context_len))
             backend = mode.build_backend(entry.build, runner_obj, first)
         yield states, server_args, backend
 
@@ -235,7 +243,8 @@ def replay_all(prepared: PreparedCell, clock: PhaseClock) -> tuple[dict, list[tu
                      topk=first.topk, context_len=prepared.context_len, multi_step=mode.backend_role == "draft_multi_step",
                      tokens_per_request=mode.tokens_per_request(first))
     with clock.phase("capture"):
-        graph = CapturedGraph(mode, prepared.backend, prepared.layer, plan, batches[0].forward_batch, batches[0].inputs)
+        graph = CapturedGraph(mode, prepared.backend, prepared.layer, plan, batches[0].forward_batch, batches[0].inputs,
+                              prepared.attend)
         graph.capture()
     comparisons, replays, previous = {}, [], None
     for number, batch in enumerate(batches, start=1):
@@ -250,7 +259,7 @@ def replay_all(prepared: PreparedCell, clock: PhaseClock) -> tuple[dict, list[tu
     return comparisons, replays
 
 
-def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInputs], layer) -> list:
+def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInputs], layer, attend: Attend) -> list:
     """The eager form: init metadata once, then one backend forward per step, as the workers do.
 
     Returns each step's output [tokens, heads * head_dim].
@@ -260,8 +269,7 @@ def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInpu
     outputs = []
     for inputs, (step_backend, view) in zip(step_inputs, mode.step_views(backend, forward_batch)):
         view._attn_output = inputs.poisoned_output()
-        outputs.append(step_backend.forward(inputs.q, inputs.k, inputs.v, layer, view,
-                                            save_kv_cache=inputs.k is not None))
+        outputs.append(attend(step_backend, inputs.q, inputs.k, inputs.v, layer, view, inputs.k is not None))
     return outputs
 
 
@@ -282,10 +290,11 @@ def prepared_cell(cell: Cell, clock: PhaseClock) -> Iterator[PreparedCell]:
                        clock=clock) as (states, server_args, attn_backend):
         with clock.phase("backend"):
             _check_host_mirrors(spec, cell.backend, server_args, attn_backend)
-            scale = spec.head_dim ** -0.5
+            family = FAMILIES[spec.family]
+            shape = family.shape(spec)
             window = layer_sliding_window(spec)
-            layer = RadixAttention(spec.num_heads, spec.head_dim, scale, spec.num_kv_heads, layer_id=0,
-                                   attn_type=AttentionType[mode.attn_type],
+            layer = RadixAttention(shape.num_heads, shape.qk_head_dim, shape.scale, shape.num_kv_heads, layer_id=0,
+                                   v_head_dim=shape.v_head_dim, attn_type=AttentionType[mode.attn_type],
                                    **({} if window is None else {"sliding_window_size": window}))
         with clock.phase("inputs_reference"):
             graph_forms = (True, False) if RUNNER_FORMS[cell.runner].graph else (False,)
@@ -293,10 +302,10 @@ def prepared_cell(cell: Cell, clock: PhaseClock) -> Iterator[PreparedCell]:
             prepared = {}
             for run, state in zip(in_pools, states):
                 steps = mode.steps(run.spec)
-                inputs = draw_inputs(state, steps, scale, census_splits)
+                inputs = family.draw_inputs(state, steps, shape, census_splits)
                 prepared[id(run)] = _Batch(run, steps, inputs, mode.forward_batch(state, steps), state)
         yield PreparedCell(cell, mode, attn_backend, layer, [prepared[id(run)] for run in runs],
-                           states[0].pools.context_len)
+                           states[0].pools.context_len, functools.partial(family.forward, entry.server_arg))
 
 
 def run_cell(cell: Cell) -> CellResult:
@@ -310,14 +319,15 @@ def run_cell(cell: Cell) -> CellResult:
         mine = prepared.own
         comparisons, replays = replay_all(prepared, clock) if graph else ({}, [])
         with clock.phase("eager"):
-            eager = run_eager(prepared.mode, prepared.backend, mine.forward_batch, mine.inputs, prepared.layer)
+            eager = run_eager(prepared.mode, prepared.backend, mine.forward_batch, mine.inputs, prepared.layer,
+                              prepared.attend)
     with clock.phase("compare"):
         eager_split = _partial_split(cell, graph=False)
         comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine, (eager_split,)))
         if graph:
-            spec = mine.run.spec
+            shape = FAMILIES[mine.run.spec.family].shape(mine.run.spec).output_shape()
             replay_label, replayed = next(replay for replay, batch in zip(replays, prepared.batches) if batch is mine)
-            eager64 = [out.reshape(-1, spec.num_heads, spec.head_dim).to(torch.float64) for out in eager]
+            eager64 = [out.reshape(shape).to(torch.float64) for out in eager]
             comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine,
                                               (_partial_split(cell, graph=True), eager_split)))
     return CellResult(comparisons, clock.rounded())

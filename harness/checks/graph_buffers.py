@@ -10,7 +10,7 @@ init_cuda_graph_state, and swap each such allocation for a guarded copy
 sees the same values and the same aliasing, and a write past the end of any
 allocation lands in a canary zone. A hand list would miss the buffer a new
 sglang release adds; each backend entry declares the names it expects
-(harness/fixtures/backends.py) and an undeclared one fails the cell.
+(harness/families/<family>/backends.py) and an undeclared one fails the cell.
 
 The walk descends into lists, tuples, dicts, dataclasses, msgspec structs and
 objects whose class lives in the backend's own module (step backends, index
@@ -179,5 +179,5 @@ def check_declared(named: dict[str, list[str]], declared: frozenset[str], backen
     if undeclared:
         raise UndeclaredGraphBuffer(
             f"{backend_name}: init_cuda_graph_state allocated {', '.join(undeclared)}, which the "
-            f"'{backend_name}' entry in harness/fixtures/backends.py does not declare in graph_buffers "
+            f"'{backend_name}' entry (harness/families/<family>/backends.py) does not declare in graph_buffers "
             "(guarded anyway; declare it so the list of guarded buffers stays true)")

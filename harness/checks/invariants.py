@@ -99,14 +99,20 @@ def check_backend(backend, where: str, capacity: Capacity | None = None) -> None
             check_metadata(metadata, f"{where}, step backend {step}", capacity)
 
 
-def check_graph_capacity(backend, capture_bs: int, topk: int, context_len: int, multi_step: bool) -> None:
+def check_graph_capacity(backend, capture_bs: int, topk: int, context_len: int, multi_step: bool,
+                         table_page: int | None = None) -> None:
     """The graph's kv_indices must hold the largest batch the capture size admits.
 
     Every captured request may sit at full context; in draft decode each of its
     topk branches reads that context (sglang #27338 sized this without topk).
+    ``table_page``: the buffer is a block table of pages this many tokens long, a row per request
+    (FlashMLA's), rather than one list of token slots.
     """
     buffers = getattr(backend, "cuda_graph_kv_indices", None)
     if buffers is None:
+        return
+    if table_page:
+        _check_block_table(buffers, capture_bs * topk, context_len, table_page)
         return
     # FlashInfer keeps one buffer per wrapper in a list; Triton a single tensor.
     for buffer in buffers if isinstance(buffers, list) else [buffers]:
@@ -121,6 +127,14 @@ def _check_capacity(buffer, capture_bs: int, topk: int, context_len: int, multi_
             f"init_cuda_graph_state: cuda_graph_kv_indices {'row ' if multi_step else ''}holds {per_row} "
             f"indices, but {capture_bs} captured requests x {topk if multi_step else 1} branches x "
             f"context {context_len} need {needed}")
+
+
+def _check_block_table(table, rows: int, context_len: int, page: int) -> None:
+    pages = -(-context_len // page)
+    if table.dim() != 2 or table.shape[0] < rows or table.shape[1] < pages:
+        raise InvariantViolation(
+            f"init_cuda_graph_state: the cuda_graph_kv_indices block table is {tuple(table.shape)}, but {rows} captured "
+            f"rows at context {context_len} need ({rows}, {pages}) pages of {page}")
 
 
 def check_row_capacity(needed: list[int], prefixes: list[int], context_len: int, width: int) -> None:

@@ -92,7 +92,7 @@ def test_the_any_split_allowance_passes_split_kv_with_bf16_partials(seed):
 def test_the_declared_merges_answer_for_every_cell_of_the_matrix():
     """Every backend's PartialMerge predicates run on every cell (no GPU needed to ask), and the
     cascade paths are where sglang's source puts them: FA3/FA4 tree verify, not chain verify."""
-    from harness.fixtures.backends import BACKENDS
+    from harness.families import BACKENDS
     from harness.case.cases import load_all_cases
     from harness.cell.cell_matrix import expand_cells
     from harness.runners import RUNNER_FORMS

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.cell.run_cell import CellSkipped, run_cell
 from harness.probes.controls import guarded_graph_state, matrix_cell, overrun_after_metadata_init, write_past_end
 from harness.checks.graph_buffers import (UndeclaredGraphBuffer, buffer_name, check_declared, guard_graph_buffers,
@@ -108,8 +108,8 @@ def test_stand_in_overrun_trips_the_canary_of_its_buffer():
 def test_a_buffer_the_entry_does_not_declare_fails():
     found = guarded_stand_in()
     with pytest.raises(UndeclaredGraphBuffer, match=re.escape(
-            "fa4: init_cuda_graph_state allocated _sched_meta_buf, which the 'fa4' entry in "
-            "harness/fixtures/backends.py does not declare in graph_buffers")):
+            "fa4: init_cuda_graph_state allocated _sched_meta_buf, which the 'fa4' entry "
+            "(harness/families/<family>/backends.py) does not declare in graph_buffers")):
         check_declared(found.named, BACKENDS["fa4"].graph_buffers.value, "fa4")
 
 

@@ -59,3 +59,12 @@ def test_real_triton_draft_backend_sized_without_topk_fails_the_cell(monkeypatch
             "cuda_graph_kv_indices row holds 32768 indices, but 8 captured requests x 4 branches x "
             "context 4096 need 131072")):
         run_cell(control)
+
+
+def test_a_block_table_is_checked_in_pages_per_request():
+    """FlashMLA's graph kv_indices: a row per captured request, a column per 64-token page."""
+    check_graph_capacity(SimpleNamespace(cuda_graph_kv_indices=indices(4, 65)), 4, 1, 4096, False, table_page=64)
+    with pytest.raises(InvariantViolation, match="need \\(4, 64\\) pages of 64"):
+        check_graph_capacity(SimpleNamespace(cuda_graph_kv_indices=indices(4, 63)), 4, 1, 4096, False, table_page=64)
+    with pytest.raises(InvariantViolation, match="block table"):
+        check_graph_capacity(SimpleNamespace(cuda_graph_kv_indices=indices(3, 65)), 4, 1, 4096, False, table_page=64)

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from harness.base import platform
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.cell.run_cell import run_cell
 from harness.probes.controls import guarded_graph_state, matrix_cell, overrun_after_metadata_init
 from harness.checks.graph_buffers import buffer_name

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import pytest
 
-import harness.cell.run_cell
+from harness.families import FAMILIES
 from harness.probes.controls import census_run, matrix_cell, misdirect_one_key, with_long_prefix
 
 LONG_PREFIX = 253
 CASES = ("target_verify-chain-bs2", "target_verify-tree-bs3", "ngram_verify-tree8-bs3",
          "draft_extend_v2-window4-bs2", "draft_decode-chain-bs2", "draft_decode-topk2-bs3",
          "draft_decode-window-sink", "draft_decode-topk2-page16", "dflash_verify-block4-bs2", "dflash_draft-block4-bs2",
-         "frozen_kv_mtp_verify-tree-bs3", "frozen_kv_mtp_draft-topk2-bs3")
+         "frozen_kv_mtp_verify-tree-bs3", "frozen_kv_mtp_draft-topk2-bs3",
+         # the MLA family (cases/mla): the same control through its latent pool
+         "target_verify-mla-chain-bs2", "target_verify-mla-tree-bs3", "draft_extend_v2-mla-window4-bs2",
+         "draft_decode-mla-chain-bs2", "draft_decode-mla-topk2-bs3")
 
 
 def cell_ids():
@@ -37,7 +40,8 @@ def cell_ids():
 
 @pytest.mark.parametrize("cell_id", cell_ids())
 def test_one_wrong_key_fails_the_cell(cell_id, monkeypatch):
-    build_state = harness.cell.run_cell.build_state
+    family = FAMILIES[matrix_cell(cell_id).case.spec.family]
+    build_state = family.build_state
     misdirected = []
 
     def build_with_one_wrong_key(*args, **kwargs):
@@ -45,7 +49,7 @@ def test_one_wrong_key_fails_the_cell(cell_id, monkeypatch):
         misdirected.append(misdirect_one_key(state))
         return state
 
-    monkeypatch.setattr(harness.cell.run_cell, "build_state", build_with_one_wrong_key)
+    monkeypatch.setattr(family, "build_state", build_with_one_wrong_key)
     control = with_long_prefix(matrix_cell(cell_id), LONG_PREFIX)
     result, against_reference, missed = census_run(control)
     assert not missed, f"{cell_id} with {misdirected[0]}: not flagged in {missed}: {result.describe()}"

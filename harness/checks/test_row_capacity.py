@@ -72,7 +72,7 @@ def test_the_wall_case_stock_sglang_cannot_hold_fails_stock_and_fits_with_its_fi
     """past-context-reserve-wall-tree-page1 on stock sglang: 7 columns short (8 before 0.5.22, which builds the batch a
     token later); with spec-reserve-row-width the row holds it (only the check runs: the cell stops
     right after it)."""
-    import harness.cell.run_cell as run_cell_module
+    from harness.families import FAMILIES
     from harness.bugs.seed_bugs import FIXES
 
     cell = matrix_cell("target_verify-past-context-reserve-wall-tree-page1-triton-eager")
@@ -89,7 +89,7 @@ def test_the_wall_case_stock_sglang_cannot_hold_fails_stock_and_fits_with_its_fi
     from sglang.srt.mem_cache import allocation_sizing
 
     original = allocation_sizing.get_req_to_token_extra_context_len
-    monkeypatch.setattr(run_cell_module, "build_state", stop)
+    monkeypatch.setattr(FAMILIES["dense"], "build_state", stop)
     try:
         FIXES["spec-reserve-row-width"].apply()
         with pytest.raises(Held):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.case.cases import spec_from_fields
 from harness.modes import MODES
 from harness.modes.dflash_verify import RESERVED_LEN

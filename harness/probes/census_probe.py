@@ -318,7 +318,7 @@ def probe_cell(cell: Cell) -> dict:
             for batch, replay in zip(prepared.batches, replays):
                 with recorded_merges(sites, heads[0]) as merges:
                     eager = run_eager(prepared.mode, prepared.backend, batch.forward_batch, batch.inputs,
-                                      prepared.layer)
+                                      prepared.layer, prepared.attend)
                 figures = _batch_figures(batch, eager, replay[1] if replay else None, merges, heads[0])
                 batches.append(dict(label=replay[0] if replay else "eager", **figures))
     except CellSkipped as skipped:

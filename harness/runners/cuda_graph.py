@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.fixtures.pools import StepInputs
 from harness.checks.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
 from harness.checks.guards import Guards
@@ -33,7 +33,7 @@ from harness.runners.padding import HOST_FIELDS, PADDED_ROW, ROW_FIELDS, padded_
 
 @dataclass(frozen=True)
 class GraphPlan:
-    backend: str  # entry name in harness/fixtures/backends.py (its declared graph buffers)
+    backend: str  # entry name in harness.families.BACKENDS (its declared graph buffers)
     capture_bs: int
     capture: bool  # False: cg_meta form, the same hooks and buffers with eager forwards
     topk: int
@@ -51,16 +51,18 @@ def fill_value(backend) -> int:
 class CapturedGraph:
     """One backend's graph state, captured once; ``replay`` runs it on any batch that fits."""
 
-    def __init__(self, mode: SpecMode, backend, layer, plan: GraphPlan, template, inputs: list[StepInputs]):
+    def __init__(self, mode: SpecMode, backend, layer, plan: GraphPlan, template, inputs: list[StepInputs], attend):
         """``template``: a real batch (its fields and spec_info shape the static batch);
-        ``inputs``: its step inputs (their shapes, the static Q/K/V's)."""
-        self.mode, self.backend, self.layer, self.plan = mode, backend, layer, plan
+        ``inputs``: its step inputs (their shapes, the static Q/K/V's); ``attend``: one forward as the
+        family's model calls the backend (AttentionFamily.forward)."""
+        self.mode, self.backend, self.layer, self.plan, self.attend = mode, backend, layer, plan, attend
         self.fill = fill_value(backend)
         self.static = self._capture_batch(template)
         rows = plan.capture_bs * plan.tokens_per_request
         before = reachable_memory(backend)
         backend.init_cuda_graph_state(plan.capture_bs, rows)
-        check_graph_capacity(backend, plan.capture_bs, plan.topk, plan.context_len, plan.multi_step)
+        check_graph_capacity(backend, plan.capture_bs, plan.topk, plan.context_len, plan.multi_step,
+                             BACKENDS[plan.backend].graph_block_table_page)
         self.guards = Guards()
         guarded = guard_graph_buffers(self.guards, backend, before)
         check_declared(guarded, BACKENDS[plan.backend].graph_buffers.value, plan.backend)
@@ -71,8 +73,8 @@ class CapturedGraph:
         self.q = [zeros_like_rows(s.q) for s in inputs]
         self.k = [zeros_like_rows(s.k) for s in inputs]
         self.v = [zeros_like_rows(s.v) for s in inputs]
-        self.out_buffers = [self.guards.guarded(f"step {i} attention output", tuple(buf.shape), buf.dtype, buf.device)
-                            for i, buf in enumerate(self.q)]
+        self.out_buffers = [self.guards.guarded(f"step {i} attention output", (rows, s.output_shape[1]), s.q.dtype,
+                                                s.q.device) for i, s in enumerate(inputs)]
         self.outputs = None  # the captured graph's output tensors (capture form only)
 
     def _capture_batch(self, template):
@@ -102,8 +104,8 @@ class CapturedGraph:
         outputs = []
         for i, (step_backend, view) in enumerate(self.mode.step_views(self.backend, self.static)):
             view._attn_output = self.out_buffers[i]
-            outputs.append(step_backend.forward(self.q[i], self.k[i], self.v[i], self.layer, view,
-                                                save_kv_cache=self.k[i] is not None))
+            outputs.append(self.attend(step_backend, self.q[i], self.k[i], self.v[i], self.layer, view,
+                                       self.k[i] is not None))
         return outputs
 
     def capture(self) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from harness.base import platform
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.case.case_limits import BUFFERS, largest_cell_sizes
 from harness.base.case_spec import CaseSpec
 from harness.modes.base import SpecMode

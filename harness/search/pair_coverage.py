@@ -27,7 +27,7 @@ from typing import Callable, Iterable, get_args
 
 from pydantic import ValidationError
 
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS, FAMILIES, family_of_backend
 from harness.base.case_spec import Case, CaseSpec, Dtype, HostMirrors, KvLayout, PadStyle
 from harness.case.cases import fields_of, spec_from_fields, spec_problem
 from harness.cell.cell_matrix import Cell, expand_cells, skip_reason
@@ -207,7 +207,9 @@ def _pair_rank(pair: Pair) -> tuple:
 def coverage(cases: list[Case], prober: Prober | None = None) -> list[Coverage]:
     """Per backend x mode (in registry order): possible pairs, and those the cells of ``cases`` cover."""
     prober = prober or Prober()
-    bases = {mode: [case.spec for case in cases if case.mode == mode] for mode in MODES}
+    # a backend's possible pairs are drawn from the cases of its own family (an MLA backend never runs a dense case)
+    bases = {(family, mode): [case.spec for case in cases if case.mode == mode and case.spec.family == family]
+             for family in FAMILIES for mode in MODES}
     table = {(backend, mode): Coverage(backend, mode) for backend in BACKENDS for mode in MODES}
     for cell in expand_cells(cases):
         if prober.refusal(cell) is None:
@@ -218,11 +220,12 @@ def coverage(cases: list[Case], prober: Prober | None = None) -> list[Coverage]:
                 entry.covered_here |= pairs
     candidates = all_pairs()
     for (backend, mode), entry in table.items():
+        mine = bases[(family_of_backend(backend), mode)]
         entry.possible = entry.covered | {pair for pair in candidates if pair not in entry.covered
-                                          and prober.possible(mode, backend, pair, bases[mode])}
+                                          and prober.possible(mode, backend, pair, mine)}
         entry.possible_here = entry.covered_here | {
             pair for pair in entry.possible - entry.covered_here
-            if prober.possible(mode, backend, pair, bases[mode], here=True)}
+            if prober.possible(mode, backend, pair, mine, here=True)}
     return [entry for entry in table.values() if entry.possible]
 
 

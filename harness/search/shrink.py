@@ -128,7 +128,9 @@ class _Search:
 def write_case(path: Path, mode: str, spec_fields: dict, comments: list[str]) -> None:
     """A case file with one case, every field explicit, so later default changes cannot alter it."""
     case = fields_of(spec_from_fields(spec_fields))
-    document = yaml.safe_dump({"mode": mode, "cases": [case]}, sort_keys=False, default_flow_style=None)
+    family = case.pop("family")  # the file's, never a case's (harness/case/cases.py FILE_FIELDS)
+    document = yaml.safe_dump({"mode": mode, "family": family, "cases": [case]}, sort_keys=False,
+                              default_flow_style=None)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"# {line}\n" for line in comments) + document)
 

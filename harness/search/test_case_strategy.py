@@ -12,7 +12,7 @@ from hypothesis import Phase, find, given, settings
 
 from harness import ROOT
 from harness.base import platform
-from harness.fixtures.backends import BACKENDS
+from harness.families import BACKENDS
 from harness.search.case_strategy import SMALLEST_MODEL_WINDOW, _model_window
 from harness.case.cases import spec_from_fields
 from harness.search.draw_caps import GPU, PROFILES, SERVED_MODELS, machine_runs
