@@ -73,8 +73,7 @@ class Guards:
     def check(self, where: str) -> None:
         if not self.allocations:
             return
-        # whether each zone changed, in one copy to the host: a nonzero per zone would wait on the GPU each time
-        touched = torch.stack([(allocation.zone != CANARY_BYTE).any() for allocation in self.allocations]).tolist()
+        touched = _zones_touched([allocation.zone for allocation in self.allocations])
         for allocation in (allocation for allocation, hit in zip(self.allocations, touched) if hit):
             changed = torch.nonzero(allocation.zone != CANARY_BYTE).flatten()
             if changed.numel():
@@ -86,3 +85,18 @@ class Guards:
                     f"but it holds {allocation.capacity} {str(allocation.dtype).removeprefix('torch.')} "
                     f"elements (recorded when guarded); {elements.numel()} element(s) of its canary "
                     "zone changed")
+
+
+def _zones_touched(zones: list[torch.Tensor]) -> list[bool]:
+    """Whether each canary zone changed, in one copy to the host per device: a nonzero per zone would
+    wait on the GPU each time. A backend may keep graph buffers on the host too (FlashInfer MLA's
+    fast-plan indptrs), so the zones are stacked per device."""
+    found: dict[int, bool] = {}
+    by_device: dict[torch.device, list[int]] = {}
+    for index, zone in enumerate(zones):
+        by_device.setdefault(zone.device, []).append(index)
+    for indices in by_device.values():
+        flags = torch.stack([(zones[i] != CANARY_BYTE).any() for i in indices]).tolist()
+        found.update(zip(indices, flags))
+    return [found[index] for index in range(len(zones))]
+

@@ -81,3 +81,16 @@ def test_capacity_is_the_recorded_allocation_from_a_views_start():
     assert guards.capacity(buffer[1]) == 200  # a row reaches the rows after it
     assert guards.capacity(buffer[2, 40:]) == 60
     assert guards.capacity(torch.zeros(300, dtype=torch.int64)) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU beside the host to hold zones on two devices")
+def test_zones_on_the_host_and_the_gpu_are_checked_together():
+    """FlashInfer MLA keeps some graph buffers on the host: a trip on either device is found, in order."""
+    guards = Guards()
+    host = guards.guarded("host indptr", (8,), torch.int32, "cpu")
+    device = guards.guarded("device indptr", (8,), torch.int32, "cuda")
+    guards.check("untouched")
+    write_past_end(host, 7)
+    with pytest.raises(CanaryTripped, match="host indptr"):
+        guards.check("host trip")
+    del device
