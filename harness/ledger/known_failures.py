@@ -531,23 +531,33 @@ def match(entries: Iterable[KnownFailure], cell: Mapping, release: str | None = 
     return next((entry for entry in entries if entry.matches(cell, release)), None)
 
 
+def left_out_known(entries: Iterable[KnownFailure], left_out_cells: Iterable[Mapping],
+                   release: str | None = None) -> list[str]:
+    """The entries that select a cell the run left out of collection (the matrix holds it; the installed
+    release or this machine never runs it): they cannot be judged stale here."""
+    cells = list(left_out_cells)
+    return sorted(entry.id for entry in entries if any(entry.matches(cell, release) for cell in cells))
+
+
 def stale(entries: Iterable[KnownFailure], cells: Iterable[Mapping], release: str | None = None,
-          unjudged_runners: Iterable[str] = ()) -> list[KnownFailure]:
+          unjudged_runners: Iterable[str] = (), left_out_known: Iterable[str] = ()) -> list[KnownFailure]:
     """Entries that select none of ``cells``, the cells of a run of the whole matrix (collected, whatever
     became of them): fixed and removed, renamed, or mistyped. An entry whose cells were collected and
     skipped here (a GPU entry on a CPU) is not stale: this machine cannot judge it. Nor is an entry for
     other releases than the run's (``release``, default the installed one), one for generated cases alone
     in a run without a generated tier, or one for hand-made cases in a run of the generated tier alone.
     Nor is an entry for runner forms the run left out for its machine alone (``unjudged_runners``: the
-    CPU stand-in on a GPU). A run of a part of the matrix judges no entry (harness/base/results.py partial_because).
+    CPU stand-in on a GPU), nor one that selects cells the run left out of collection (``left_out_known``:
+    left_out_known's ids, e.g. cells of a backend limit on an older release). A run of a part of the matrix
+    judges no entry (harness/base/results.py partial_because).
 
     Takes the cells rather than their ids because an entry selects on backend, mode and runner,
     which an id does not spell out reliably.
     """
-    cells, unjudged = list(cells), set(unjudged_runners)
+    cells, unjudged, present = list(cells), set(unjudged_runners), set(left_out_known)
     drawn = [cell["case"].startswith(GENERATED_CASES) for cell in cells]
     generated_run, hand_run = any(drawn), not all(drawn)
     return [entry for entry in entries
             if entry.in_release(release) and (generated_run if entry.selects_generated_only else hand_run)
-            and not unjudged.issuperset(entry.runner)
+            and not unjudged.issuperset(entry.runner) and entry.id not in present
             and not any(entry.matches(cell, release) for cell in cells)]

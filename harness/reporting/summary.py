@@ -138,7 +138,9 @@ def stale_section(cells: Sequence[Mapping], known_failures: Sequence[KnownFailur
     for run in runs:
         passed_over.update((run.get("generated") or {}).get("passed_over") or {})
     unjudged = runners_left_out_here(group for run in runs for group in run.get("left_out") or [])
-    entries = [entry for entry in stale(known_failures, cells, release, unjudged) if entry.id not in passed_over]
+    present = {entry_id for run in runs for entry_id in run.get("left_out_known") or []}
+    entries = [entry for entry in stale(known_failures, cells, release, unjudged, present)
+               if entry.id not in passed_over]
     if passed_over:
         lines += ["Not stale: the generated tier passed over draws they cover (known to fail, not run): "
                   + ", ".join(f"{entry_id} ({count})" for entry_id, count in sorted(passed_over.items())) + ".", ""]

@@ -31,7 +31,7 @@ from harness.cell.cell_matrix import (cell_defining_args, collectable, expand_ce
                                  left_out_line, patch_args, rerun_command, skip_reason)
 from harness.ledger.failure_class import Failure, of_dead_process
 from harness.ledger.known_failures import (KNOWN_FAILURES_FILE, InsideSignature, KnownFailuresError, load_known_failures,
-                                    match, stale, standing)
+                                    left_out_known, match, stale, standing)
 from harness.fixtures.pools import DRAW_PLACES, DRAWS_ENV
 from harness.ledger.lone_run import CONFIRM_DEFAULT, LONE_TIMEOUT_S, attribution_summary, confirm_crashes
 from harness.reporting.per_backend import per_backend_lines
@@ -135,7 +135,10 @@ def pytest_configure(config):
     config._attn_shard = shard
     if platform.HAS_GPU and getattr(config.option, "maxschedchunk", False) is None:
         config.option.maxschedchunk = 1  # see _compiling_alone_first
-    config._attn_cells, config._attn_left_out = collectable([c for c in expand_cells(cases) if in_shard(c, shard)])
+    matrix = [c for c in expand_cells(cases) if in_shard(c, shard)]
+    config._attn_cells, config._attn_left_out = collectable(matrix)
+    collected = {cell.cell_id for cell in config._attn_cells}
+    config._attn_left_out_cells = [cell.record_keys() for cell in matrix if cell.cell_id not in collected]
     config._attn_cell_args = cell_defining_args(config.getoption)
     config._attn_started = time.time()
     if not hasattr(config, "workerinput"):
@@ -442,7 +445,9 @@ def pytest_terminal_summary(terminalreporter, config):
     if partial_because([{"selection": _selection(config)}]) is None:  # staleness is judged on the whole matrix
         unjudged = runners_left_out_here(left_out_records(config._attn_left_out))
         unmet = [entry.id for entry in stale(config._attn_known, [c.record_keys() for c in config._attn_cells],
-                                             unjudged_runners=unjudged) if entry.id not in passed_over]
+                                             unjudged_runners=unjudged,
+                                             left_out_known=left_out_known(config._attn_known, config._attn_left_out_cells))
+                 if entry.id not in passed_over]
         if unmet:
             terminalreporter.write_line(f"STALE known failures (the whole matrix has no cell they select): "
                                         f"{', '.join(unmet)}", yellow=True)
@@ -512,6 +517,7 @@ def pytest_sessionfinish(session):
         "generated": getattr(config, "_attn_generated", None),  # harness/search/generated_plugin.py
         "selection": _selection(config),
         "left_out": left_out_records(config._attn_left_out),
+        "left_out_known": left_out_known(config._attn_known, config._attn_left_out_cells),
         "wall_s": round(time.time() - config._attn_started, 2),
         "warm_up": config._attn_warm_up.as_report() if hasattr(config, "_attn_warm_up") else None,
         "collected": len(records), "not_run": not_run, "worker_crashes": ledger.worker_deaths,
