@@ -205,6 +205,8 @@ _EXPECTED = {"int_type": "a whole number", "string_type": "text", "list_type": "
 
 
 def _unknown(key: Any, valid: tuple[str, ...]) -> str:
+    if key in FILE_FIELDS:
+        return f"'{key}' is the file's, set once at its top beside 'mode' (every case of a file is of one family)"
     close = difflib.get_close_matches(str(key), valid, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown field{hint}; valid fields: {', '.join(valid)}"
@@ -383,8 +385,8 @@ def _family_problem(spec: CaseSpec) -> str | None:
     family = FAMILIES[spec.family]
     strangers = [name for name in spec.backends if name not in family.backends]
     if strangers:
-        return (f"backends: {', '.join(strangers)} serve another attention family; a {family.name} case takes "
-                f"{', '.join(family.backends)}")
+        return (f"backends: {', '.join(strangers)} serve another attention family; the {family.name} family's "
+                f"backends are {', '.join(family.backends)}")
     return family.validate(spec)
 
 

@@ -163,6 +163,18 @@ EXPECTED_ERRORS = {
     "sliding_window_with_draft_window.yaml": ["case 'c'", "field 'sliding_window'",
                                               "takes sliding_window or draft_window / draft_sink, not both"],
     "sliding_window_too_large.yaml": ["case 'c'", "field 'sliding_window'", "1,000,000 is over 131,072"],
+    # attention families (harness/families)
+    "family_unknown.yaml": ["field 'family'", "got 'latent' (text); valid: 'dense' or 'mla'"],
+    "family_per_case.yaml": ["case #1 ('c')", "field 'family'", "the file's, set once at its top beside 'mode'"],
+    "mla_model_unknown.yaml": ["case 'c'", "field 'model'", "'deepseek-v4' is no served MLA model here",
+                               "valid: deepseek-v3"],
+    "mla_head_dim_given.yaml": ["case 'c'", "field 'head_dim'", "an MLA layer caches one latent head",
+                                "576 for deepseek-v3", "leave head_dim out"],
+    "mla_heads_not_a_share.yaml": ["case 'c'", "field 'num_heads'", "12 is not deepseek-v3's 128 heads",
+                                   "[128, 64, 32, 16, 8] for TP 1..16"],
+    "mla_dense_backend.yaml": ["case 'c'", "field 'backends'", "fa3 serve another attention family",
+                               "the mla family's backends are triton_mla, flashinfer_mla, fa3_mla, flashmla"],
+    "dense_with_model.yaml": ["case 'c'", "field 'model'", "names a served model of another attention family"],
 }
 
 
