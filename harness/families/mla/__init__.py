@@ -29,13 +29,14 @@ from types import SimpleNamespace
 import torch
 
 from harness.base.case_spec import CaseSpec
-from harness.checks.compare import census_heads, census_slice
+from harness.checks.compare import census_heads
 from harness.checks.reference import census_parts
 from harness.families.base import LayerShape
 from harness.families.mla.backends import ENTRIES
 from harness.families.mla.models import MODELS
 from harness.families.mla.reference import mla_reference
-from harness.fixtures.pools import BatchState, StepInputs, build_req_to_token, draw_generator
+from harness.fixtures import sglang_env
+from harness.fixtures.pools import BatchState, StepInputs, build_req_to_token, draw_forward, draw_generator
 
 # What a dense case's head fields default to: an MLA case takes its dims from its model and leaves them be.
 _DENSE_SHAPE_FIELDS = {name: CaseSpec.model_fields[name].default for name in ("num_kv_heads", "head_dim")}
@@ -106,21 +107,18 @@ class MlaFamily:
         """
         rank = shape.v_head_dim
         drawn = []
+        def new_rows(tokens: int):
+            rows = state.randn(tokens, 1, shape.qk_head_dim)
+            return rows, rows[..., :rank].contiguous()
+
         for step in steps:
-            tokens = len(step.queries)
-            q = state.randn(tokens, shape.num_heads, shape.qk_head_dim)
-            q[:, census_slice(shape.num_heads)] = 0
-            k = v = None
-            if step.writes:
-                k = state.randn(tokens, 1, shape.qk_head_dim)
-                v = k[..., :rank].contiguous()
-                state.record_new_kv(step.writes, k, v)
+            q, k, v = draw_forward(state, step, shape.num_heads, shape.qk_head_dim, new_rows)
             expected = mla_reference(q, step.queries, state.row_k, rank, shape.scale)
             # the census head's parts are plain means of the latent (q = 0): the dense census over V alone
             census = (census_parts(step.queries, state.spec.prefix_lens, state.row_v, state.row_v, 0,
                                    state.spec.page_size, census_splits)
                       if census_splits and census_heads(shape.num_heads) else {})
-            drawn.append(StepInputs(q.reshape(tokens, -1), k, v, expected, census))
+            drawn.append(StepInputs(q.reshape(len(step.queries), -1), k, v, expected, census))
         return drawn
 
     def forward(self, server_arg: str, backend, q, k, v, layer, forward_batch, save_kv_cache: bool):
@@ -139,8 +137,8 @@ class MlaFamily:
 
 
 def model_config(spec: CaseSpec, context_len: int) -> SimpleNamespace:
-    """What backends read off sglang's ModelConfig for a DeepSeek-architecture model, one GPU's share
-    of heads (the stand-in's parallel state is one rank, so its head counts are the local ones)."""
+    """A DeepSeek-architecture config of the case's model and heads; ``num_key_value_heads`` is the
+    query heads' count, as DeepSeek's config.json gives it (the latent's one cached head is the pool's)."""
     import transformers
     from sglang.srt.configs.model_config import AttentionArch
 
@@ -150,30 +148,12 @@ def model_config(spec: CaseSpec, context_len: int) -> SimpleNamespace:
         qk_nope_head_dim=model.qk_nope_head_dim, qk_rope_head_dim=model.qk_rope_head_dim,
         v_head_dim=model.v_head_dim, num_hidden_layers=1, max_position_embeddings=context_len,
         architectures=["DeepseekV3ForCausalLM"])
-    return SimpleNamespace(
-        attention_arch=AttentionArch.MLA,
-        get_max_num_attention_heads=lambda: spec.num_heads,
-        get_num_kv_heads=lambda tp_size, dcp_size=1: spec.num_heads // (tp_size // dcp_size),
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_heads,
-        kv_lora_rank=model.kv_lora_rank,
-        qk_nope_head_dim=model.qk_nope_head_dim,
-        qk_rope_head_dim=model.qk_rope_head_dim,
-        v_head_dim=model.v_head_dim,
+    return sglang_env.model_config_of(
+        spec, context_len, hf_config, spec.num_heads, attention_arch=AttentionArch.MLA,
+        kv_lora_rank=model.kv_lora_rank, qk_nope_head_dim=model.qk_nope_head_dim,
+        qk_rope_head_dim=model.qk_rope_head_dim, v_head_dim=model.v_head_dim,
         head_dim=256,  # sglang's ModelConfig gives DeepSeek models this placeholder (model_config.py)
-        swa_v_head_dim=None,
-        scaling=model.scale,  # FlashInfer MLA and FlashMLA plan with it: the layer's scale
-        context_len=context_len,
-        is_encoder_decoder=False,
-        is_multimodal=False,
-        is_local_attention_model=False,
-        is_hybrid_swa=False,
-        hf_config=hf_config,
-        hf_text_config=hf_config,
-        linear_attn_registry_result=None,
-        num_hidden_layers=1,
-        dtype=getattr(torch, spec.dtype),
-    )
+        scaling=model.scale)  # FlashInfer MLA plans with it: it must be the layer's scale
 
 
 FAMILY = MlaFamily()
