@@ -19,7 +19,7 @@ from harness.reporting.markdown import markdown_table, md_cell
 from harness.reporting.matrix import Tally, build_grid, form_label, shortened, skipped_line
 from harness.reporting.runs import RunFacts
 
-SECTIONS = ("gpu", "cpu")
+SECTIONS = ("gpu", "gpu-mla", "cpu")  # gpu-mla: the MLA rows run apart on a GPU (reports/gpu-mla)
 MATRIX_PAGE = ROOT / "docs" / "results.md"  # the page that holds every section's matrix
 SKIP_REASON_CHARS = 40  # a matrix square stays narrow; SUMMARY.md has the full reasons
 

@@ -51,6 +51,7 @@ PER_MACHINE = (
 RECORDED: dict[str, tuple[Kept, ...]] = {
     "cpu": PER_MACHINE,
     "gpu": PER_MACHINE,
+    "gpu-mla": PER_MACHINE,  # the MLA family's GPU rows, run apart (-k mla) while their triage goes on
     "versions": (Kept("VERSIONS.md", "python -m harness.session.versions run"),
                  Kept("versions.json", "python -m harness.session.versions run")),
 }
