@@ -118,7 +118,12 @@ def test_the_triton_reproducer_fails_stock_and_passes_fixed_without_the_harness(
     """On CPU (Triton's interpreter) as on the H200: stock writes past the GPU-only kv_indices, fixed fits."""
     result = run_finding("triton-kv-past-context", tmp_path, timeout_s=300)
     assert result["as_claimed"], result
-    assert any("past the end of the allocation" in line for line in result["stock"]["said"])
+    # the overrun said so, or (on the CPU, where the corrupted heap may abort first: 0.5.17 in CI twice)
+    # killed the process right after the reproducer announced the unguarded call
+    stock = result["stock"]
+    said_so = any("past the end of the allocation" in line for line in stock["said"])
+    died_inside = (stock["exit"] or 0) < 0 and stock["said"][-1:] and stock["said"][-1].startswith("UNGUARDED:")
+    assert said_so or died_inside, stock
 
 
 def test_an_abort_counts_as_the_bug_only_right_after_the_unguarded_call():
