@@ -117,7 +117,6 @@ def _partial_split(cell: Cell, graph: bool) -> str | None:
 def _compare_steps(label: str, outputs, expected, batch: _Batch, splits: tuple[str | None, ...]) -> dict:
     """Compare only rows of the batch's own requests (small_real fillers are not asserted)."""
     spec = batch.run.spec
-    shape = FAMILIES[spec.family].shape(spec).output_shape()
     found = {}
     for index, (out, want, step, inputs) in enumerate(zip(outputs, expected, batch.steps, batch.inputs)):
         kept = [row for row, q in enumerate(step.queries) if q.request < batch.run.real_bs]
@@ -125,7 +124,7 @@ def _compare_steps(label: str, outputs, expected, batch: _Batch, splits: tuple[s
         # every row (no filler requests) needs no index; else one index from the host, never a mask (a wait each)
         rows = slice(None) if len(kept) == len(step.queries) else torch.tensor(kept, device=want.device)
         slack = census_slack(inputs, splits, spec.dtype)
-        found[f"{label} step {index}"] = compare(out.reshape(shape)[rows], want[rows], spec.dtype, labels,
+        found[f"{label} step {index}"] = compare(out.reshape(want.shape)[rows], want[rows], spec.dtype, labels,
                                                  None if slack is None else slack[rows])
     return found
 
@@ -325,9 +324,8 @@ def run_cell(cell: Cell) -> CellResult:
         eager_split = _partial_split(cell, graph=False)
         comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine, (eager_split,)))
         if graph:
-            shape = FAMILIES[mine.run.spec.family].shape(mine.run.spec).output_shape()
             replay_label, replayed = next(replay for replay, batch in zip(replays, prepared.batches) if batch is mine)
-            eager64 = [out.reshape(shape).to(torch.float64) for out in eager]
+            eager64 = [out.reshape(want.shape).to(torch.float64) for out, want in zip(eager, mine.expected)]
             comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine,
                                               (_partial_split(cell, graph=True), eager_split)))
     return CellResult(comparisons, clock.rounded())

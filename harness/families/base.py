@@ -33,10 +33,6 @@ class LayerShape:
     v_head_dim: int  # what each value head, and each output head, carries
     scale: float  # the softmax scale the model gives the layer
 
-    def output_shape(self) -> tuple[int, int, int]:
-        """A forward's output as the reference gives it: [tokens, heads, v_head_dim]."""
-        return (-1, self.num_heads, self.v_head_dim)
-
 
 class AttentionFamily(Protocol):
     name: str
