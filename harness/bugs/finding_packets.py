@@ -81,7 +81,10 @@ class Finding(BaseModel):
     read_on: str = Field(min_length=1, description="when the threads were read, and how current the copy was")
     adds: str | None = Field(default=None, description="what this finding adds to the threads (duplicates)")
     known_failures: list[str] = Field(default=[], description="KNOWN_FAILURES.md entries of its cells")
-    fix: str = Field(min_length=1, description="the harness fix (harness/bugs/seed_bugs.py FIXES) fix.diff is made from")
+    fix: str | None = Field(default=None, min_length=1,
+                            description="the harness fix (harness/bugs/seed_bugs.py FIXES) fix.diff is made from; "
+                                        "left out where no fix is clear (then say why in no_fix)")
+    no_fix: str | None = Field(default=None, min_length=1, description="why the packet proposes no fix")
 
     @model_validator(mode="after")
     def _status_has_its_evidence(self) -> "Finding":
@@ -96,6 +99,8 @@ class Finding(BaseModel):
         if self.status == "duplicate" and not (same and self.adds):
             raise ValueError("upstream: a duplicate names the thread of the same bug (relation: same bug) and says "
                              "what it adds (adds)")
+        if (self.fix is None) == (self.no_fix is None):
+            raise ValueError("fix: name the harness fix, or leave it out and say why in no_fix (one of the two)")
         if self.status == "new" and same:
             raise ValueError(f"status: new, but {same[0].thread} is the same bug; say status: duplicate")
         return self

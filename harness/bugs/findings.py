@@ -97,8 +97,12 @@ def outcome(result: dict) -> str:
     return "broken"
 
 
-def verdict(finding: Finding, release: str, stock: str, fixed: str) -> tuple[bool, str]:
-    """Whether the pair of runs is what the packet claims on this release, and in words."""
+def verdict(finding: Finding, release: str, stock: str, fixed: str | None) -> tuple[bool, str]:
+    """Whether the pair of runs is what the packet claims on this release, and in words; ``fixed`` is
+    None for a packet that proposes no fix (the stock run alone is judged)."""
+    if fixed is None:
+        claimed = "bug" if finding.affects(release) else "ok"
+        return stock == claimed, f"stock {stock} (expected: {claimed}; no fix proposed)"
     if finding.affects(release):
         return (stock, fixed) == ("bug", "ok"), f"stock {stock}, fixed {fixed} (expected: stock bug, fixed ok)"
     return (stock, fixed) == ("ok", "ok"), (f"stock {stock}, fixed {fixed} (sglang {release} is not affected: "
@@ -119,10 +123,10 @@ def run_finding(slug: str, scratch: Path, timeout_s: float) -> dict:
     release = installed().contracts
     stock = run_repro(slug, None, timeout_s)
     try:
-        fixed = run_repro(slug, patched_sglang(slug, scratch), timeout_s)
+        fixed = run_repro(slug, patched_sglang(slug, scratch), timeout_s) if finding.fix else None
     except (ReplayError, OSError) as error:
         fixed = dict(exit=None, seconds=0.0, said=[], tail=[str(error)])
-    expected, words = verdict(finding, release, outcome(stock), outcome(fixed))
+    expected, words = verdict(finding, release, outcome(stock), outcome(fixed) if fixed else None)
     return dict(finding=slug, release=release, date=time.strftime("%Y-%m-%d"), **_stack(), stock=stock,
                 fixed=fixed, as_claimed=expected, verdict=words)
 
@@ -146,9 +150,10 @@ def run_command(args) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1) + "\n")
         mark = "as claimed" if result["as_claimed"] else "NOT AS CLAIMED"
-        print(f"{result['finding']}: {mark}: {result['verdict']}; stock {result['stock']['seconds']} s, "
-              f"fixed {result['fixed']['seconds']} s -> {path.relative_to(ROOT)}")
-        for run in ("stock", "fixed"):
+        fixed = f", fixed {result['fixed']['seconds']} s" if result["fixed"] else ""
+        print(f"{result['finding']}: {mark}: {result['verdict']}; stock {result['stock']['seconds']} s{fixed} "
+              f"-> {path.relative_to(ROOT)}")
+        for run in ("stock", "fixed")[: 2 if result["fixed"] else 1]:
             for line in result[run]["said"] + result[run]["tail"][-4:]:
                 print(f"  {run}: {line}")
     return 0 if all(result["as_claimed"] for result in results) else 1
@@ -202,8 +207,8 @@ def list_command(args) -> int:
     print("| finding | upstream | root cause | affected | measured stock / fixed |")
     print("| --- | --- | --- | --- | --- |")
     for slug, finding in load_all().items():
-        runs = "; ".join(f"{m['release']} {m['device']['device']}: {outcome(m['stock'])} / {outcome(m['fixed'])}"
-                         for m in measured(slug)) or "not run"
+        runs = "; ".join(f"{m['release']} {m['device']['device']}: {outcome(m['stock'])} / "
+                         f"{outcome(m['fixed']) if m['fixed'] else 'no fix'}" for m in measured(slug)) or "not run"
         affected = f"{finding.affected[0]}-{finding.affected[-1]}" if len(finding.affected) > 1 else finding.affected[0]
         print(f"| {slug} | {upstream_status(finding)} | {finding.root_cause} | {affected} | {runs} |")
     return 0
@@ -229,13 +234,16 @@ def rendered(slug: str) -> str:
         f"- **Reached in production by:** {finding.serving.config}. "
         f"**Needs speculative decoding:** {'yes' if finding.serving.needs_speculative else 'no'}: {finding.serving.why}",
         f"- **Code path:**{paths}",
-        f"- **Known failures:** {', '.join(finding.known_failures) or 'none'}; **harness fix:** `--apply-fix {finding.fix}`",
+        f"- **Known failures:** {', '.join(finding.known_failures) or 'none'}; "
+        + (f"**harness fix:** `--apply-fix {finding.fix}`" if finding.fix else f"**no fix proposed:** {finding.no_fix}"),
         "", "## Standalone reproducer", "",
         f"[repro.py](repro.py) needs sglang, torch and the kernel library only (and [../{STANDIN}](../{STANDIN})); "
-        "it exits 1 when the bug shows and 0 when it does not. [fix.diff](fix.diff) is the fix against sglang "
-        f"{KNOWN_RELEASES[-1]}.", "", "```bash",
+        "it exits 1 when the bug shows and 0 when it does not."
+        + (f" [fix.diff](fix.diff) is the fix against sglang {KNOWN_RELEASES[-1]}." if finding.fix else ""),
+        "", "```bash",
         f"python findings/{slug}/repro.py                 # on the sglang you have",
-        f"python -m harness findings run {slug}     # stock, then with the fix (a patched copy of sglang)",
+        f"python -m harness findings run {slug}     # stock" + (", then with the fix (a patched copy of sglang)"
+                                                             if finding.fix else ""),
         f"python -m harness findings bundle {slug}  # repro.py and the stand-in as one script, for an issue",
         "```", "",
     ]
@@ -243,8 +251,9 @@ def rendered(slug: str) -> str:
     for run in runs:
         lines.append(f"- {run['device']['device']}, sglang {run['release']} ({', '.join(f'{k} {v}' for k, v in run['versions'].items() if k in ('torch', 'flashinfer', 'sgl_kernel'))}), "
                      f"{run['date']}: stock **{outcome(run['stock'])}** (exit {run['stock']['exit']}, {run['stock']['seconds']} s): "
-                     f"{_say(run['stock']['said'])}; fixed **{outcome(run['fixed'])}** ({run['fixed']['seconds']} s): "
-                     f"{_say(run['fixed']['said'])}")
+                     f"{_say(run['stock']['said'])}"
+                     + (f"; fixed **{outcome(run['fixed'])}** ({run['fixed']['seconds']} s): {_say(run['fixed']['said'])}"
+                        if run["fixed"] else ""))
     if not runs:
         lines.append("- not run yet")
     return "\n".join([*lines, "", END])

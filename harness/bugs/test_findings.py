@@ -25,7 +25,9 @@ def test_every_packet_is_a_folder_with_its_parts():
     assert len(PACKETS) >= 9
     for slug in PACKETS:
         load(slug)
-        assert {"README.md", "repro.py", "fix.diff", "finding.yaml"} <= {p.name for p in (FINDINGS_DIR / slug).iterdir()}
+        parts = {"README.md", "repro.py", "finding.yaml"} | ({"fix.diff"} if load(slug).fix else set())
+        assert parts <= {p.name for p in (FINDINGS_DIR / slug).iterdir()}
+        assert load(slug).fix or not (FINDINGS_DIR / slug / "fix.diff").exists(), f"{slug}: a fix.diff no fix names"
 
 
 BROKEN_PACKETS = {
@@ -34,6 +36,8 @@ BROKEN_PACKETS = {
     "a duplicate of nothing": (lambda d: d.update(status="duplicate", upstream=[]), "a duplicate names the thread"),
     "an unknown release": (lambda d: d.update(affected=["0.4.1"]), "affected: 0.4.1 is no known release"),
     "an extra field": (lambda d: d.update(severity="high"), "field 'severity': Extra inputs are not permitted"),
+    "neither a fix nor why not": (lambda d: d.pop("fix"), "name the harness fix, or leave it out and say why"),
+    "a fix and why not": (lambda d: d.update(no_fix="n"), "name the harness fix, or leave it out and say why"),
     "a thread that is a URL": (lambda d: d["upstream"].append(dict(thread="https://github.com/a/b/issues/1", state="open",
                                                                    relation="related", note="n")),
                                "is no thread reference; write owner/repo#N"),
@@ -74,7 +78,7 @@ def test_the_stand_in_needs_no_harness():
     assert not any(module.startswith("harness") for module in modules)
 
 
-@pytest.mark.parametrize("slug", PACKETS)
+@pytest.mark.parametrize("slug", [slug for slug in PACKETS if load(slug).fix])
 def test_fix_diff_is_the_patch_and_applies_here(slug):
     """fix.diff is the harness's patch against the newest release; on another release the same patch
     (the reproducer's --fixed run) still applies."""
@@ -102,6 +106,13 @@ def test_a_run_is_judged_by_the_release_it_ran_on(affected, stock, fixed, claime
     finding = load("flashinfer-graph-workspace")  # affects 0.5.17-0.5.21 only
     release = finding.affected[0] if affected else "0.5.23"
     assert verdict(finding, release, stock, fixed)[0] is claimed
+
+
+def test_a_packet_without_a_fix_is_judged_by_its_stock_run():
+    finding = load("flashinfer-graph-workspace").model_copy(update=dict(fix=None, no_fix="none is clear"))
+    assert verdict(finding, finding.affected[0], "bug", None)[0]
+    assert not verdict(finding, finding.affected[0], "ok", None)[0]
+    assert verdict(finding, "0.5.23", "ok", None)[0]
 
 
 def test_a_run_needs_its_lines_not_only_its_exit_status():
