@@ -18,6 +18,8 @@ findings bundle <finding>`` writes a reproducer and this file as one script for 
 from __future__ import annotations
 
 import contextlib
+import copy
+import math
 import os
 from dataclasses import dataclass, field
 from types import MethodType, SimpleNamespace
@@ -81,26 +83,79 @@ class Shape:
     def scale(self) -> float:
         return self.head_dim ** -0.5
 
+    use_mla = False
 
-def model_runner(shape: Shape, pools: "Pools", server_args, *, draft_worker: bool = False,
+    def model_config(self) -> SimpleNamespace:
+        """What backends read off sglang's ModelConfig: a Llama-architecture layer of these heads."""
+        import transformers
+        from sglang.srt.configs.model_config import AttentionArch
+
+        hf = transformers.LlamaConfig(num_attention_heads=self.num_heads, num_key_value_heads=self.num_kv_heads,
+                                      hidden_size=self.num_heads * self.head_dim, head_dim=self.head_dim,
+                                      num_hidden_layers=1, max_position_embeddings=self.context_len,
+                                      architectures=["LlamaForCausalLM"])
+        return _config(self, hf, attention_arch=AttentionArch.MHA, head_dim=self.head_dim, v_head_dim=self.head_dim)
+
+
+@dataclass(frozen=True)
+class MlaShape:
+    """An absorbed MLA layer (DeepSeek-V3's by default, at TP8: 16 of its 128 heads) over sglang's
+    latent cache: one cached head of kv_lora_rank + qk_rope_head_dim per token; V is the latent.
+    The scale is DeepSeek-V3's: (qk_nope + qk_rope) ** -0.5 times YaRN's mscale squared
+    (factor 40, mscale_all_dim 1: (0.1 ln 40 + 1) ** 2)."""
+
+    num_heads: int = 16
+    context_len: int = 4096
+    kv_lora_rank: int = 512
+    qk_rope_head_dim: int = 64
+    qk_nope_head_dim: int = 128
+    v_head_dim: int = 128
+    dtype: torch.dtype = torch.bfloat16
+    page_size: int = 1
+    scale: float = 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2
+    num_kv_heads = 1
+    sliding_window = None
+    use_mla = True
+
+    @property
+    def head_dim(self) -> int:
+        """The cached row's width: what q and K carry per head (the latent, then the rope key)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def model_config(self) -> SimpleNamespace:
+        """A DeepSeek-V3-architecture config; num_key_value_heads is the query heads' count, as
+        DeepSeek's config.json gives it, and head_dim sglang's placeholder 256 for DeepSeek models."""
+        import transformers
+        from sglang.srt.configs.model_config import AttentionArch
+
+        hf = transformers.DeepseekV3Config(
+            num_attention_heads=self.num_heads, num_key_value_heads=self.num_heads, kv_lora_rank=self.kv_lora_rank,
+            qk_nope_head_dim=self.qk_nope_head_dim, qk_rope_head_dim=self.qk_rope_head_dim,
+            v_head_dim=self.v_head_dim, num_hidden_layers=1, max_position_embeddings=self.context_len,
+            architectures=["DeepseekV3ForCausalLM"])
+        return _config(self, hf, attention_arch=AttentionArch.MLA, kv_lora_rank=self.kv_lora_rank,
+                       qk_nope_head_dim=self.qk_nope_head_dim, qk_rope_head_dim=self.qk_rope_head_dim,
+                       v_head_dim=self.v_head_dim, head_dim=256, scaling=self.scale)
+
+
+def _config(shape, hf, **arch_fields) -> SimpleNamespace:
+    """The ModelConfig fields every layer shares, plus the architecture's own."""
+    return SimpleNamespace(
+        get_max_num_attention_heads=lambda: shape.num_heads,
+        get_num_kv_heads=lambda tp_size, dcp_size=1: hf.num_key_value_heads,
+        num_attention_heads=shape.num_heads, num_key_value_heads=hf.num_key_value_heads, swa_v_head_dim=None,
+        context_len=shape.context_len, is_encoder_decoder=False, is_multimodal=False,
+        is_local_attention_model=False, is_hybrid_swa=False, hf_config=hf, hf_text_config=hf,
+        linear_attn_registry_result=None, num_hidden_layers=1, dtype=shape.dtype, **arch_fields)
+
+
+def model_runner(shape: Shape | MlaShape, pools: "Pools", server_args, *, draft_worker: bool = False,
                  algorithm: str | None = "EAGLE"):
     """The model runner a backend is built from: what backends read, nothing else."""
-    import transformers
-    from sglang.srt.configs.model_config import AttentionArch
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    hf = transformers.LlamaConfig(num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads,
-                                  hidden_size=shape.num_heads * shape.head_dim, head_dim=shape.head_dim,
-                                  num_hidden_layers=1, max_position_embeddings=shape.context_len,
-                                  architectures=["LlamaForCausalLM"])
-    config = SimpleNamespace(
-        attention_arch=AttentionArch.MHA, get_max_num_attention_heads=lambda: shape.num_heads,
-        get_num_kv_heads=lambda tp_size, dcp_size=1: shape.num_kv_heads,
-        num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads, head_dim=shape.head_dim,
-        v_head_dim=shape.head_dim, swa_v_head_dim=None, context_len=shape.context_len, is_encoder_decoder=False,
-        is_multimodal=False, is_local_attention_model=False, is_hybrid_swa=False, hf_config=hf,
-        hf_text_config=hf, linear_attn_registry_result=None, num_hidden_layers=1, dtype=shape.dtype)
+    config = shape.model_config()
     runner = SimpleNamespace(
         req_to_token_pool=pools.req_to_token, token_to_kv_pool=pools.kv,
         token_to_kv_pool_allocator=SimpleNamespace(page_size=shape.page_size, get_kvcache=lambda: pools.kv),
@@ -108,7 +163,7 @@ def model_runner(shape: Shape, pools: "Pools", server_args, *, draft_worker: boo
         device=DEVICE, gpu_id=0, server_args=server_args, is_draft_worker=draft_worker,
         spec_algorithm=SpeculativeAlgorithm.from_string(algorithm), kv_cache_dtype=shape.dtype,
         kv_cache_dtype_str="auto", dtype=shape.dtype, is_hybrid_swa=False, attention_chunk_size=None,
-        use_mla_backend=False, init_new_workspace=False, plan_stream_for_flashinfer=None,
+        use_mla_backend=shape.use_mla, init_new_workspace=False, plan_stream_for_flashinfer=None,
         canary_manager=None, attn_cp_size=1, prefill_attention_backend_str=server_args.attention_backend,
         decode_attention_backend_str=server_args.attention_backend)
     with contextlib.suppress(ImportError):  # up to 0.5.20 backends read the topology off model_runner.ps
@@ -138,7 +193,7 @@ class Pools:
     truth: list[tuple[torch.Tensor, torch.Tensor]] = field(init=False)  # what each row should hold (float64)
 
     def __post_init__(self):
-        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
         page = self.shape.page_size
         pages = [-(-n // page) for n in self.row_lens]
@@ -148,18 +203,33 @@ class Pools:
         width = self.shape.context_len + row_headroom(self.server_args)
         self.req_to_token = ReqToTokenPool(size=len(self.row_lens) + self.spare_rows, max_context_len=width,
                                            device=DEVICE, enable_memory_saver=False)
-        self.kv = MHATokenToKVPool(size=(sum(pages) + 2) * page, page_size=page, dtype=self.shape.dtype,
-                                   head_num=self.shape.num_kv_heads, head_dim=self.shape.head_dim, layer_num=1,
-                                   device=DEVICE, enable_memory_saver=False)
+        self.kv = self.kv_pool((sum(pages) + 2) * page)
         self.req_pool_indices = list(range(1, len(self.row_lens) + 1))
         for request, row in zip(self.req_pool_indices, self.rows):
             self.req_to_token.req_to_token[request, : len(row)] = row.to(DEVICE, torch.int32)
-        for buffer in (self.kv.k_buffer[0], self.kv.v_buffer[0]):
+        for buffer in self.kv_buffers():
             buffer.fill_(float("nan"))
             buffer[:page] = 0
-        size = (self.shape.num_kv_heads, self.shape.head_dim)
-        self.truth = [(torch.full((n, *size), float("nan"), dtype=torch.float64, device=DEVICE),
-                       torch.full((n, *size), float("nan"), dtype=torch.float64, device=DEVICE)) for n in self.row_lens]
+        self.truth = [tuple(torch.full((n, self.shape.num_kv_heads, width),
+                                       float("nan"), dtype=torch.float64, device=DEVICE)
+                            for width in self.truth_widths()) for n in self.row_lens]
+
+    def kv_pool(self, size: int):
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+        return MHATokenToKVPool(size=size, page_size=self.shape.page_size, dtype=self.shape.dtype,
+                                head_num=self.shape.num_kv_heads, head_dim=self.shape.head_dim, layer_num=1,
+                                device=DEVICE, enable_memory_saver=False)
+
+    def kv_buffers(self) -> tuple[torch.Tensor, ...]:
+        return self.kv.k_buffer[0], self.kv.v_buffer[0]
+
+    def truth_widths(self) -> tuple[int, int]:
+        """Per head, the widths of K and V a row position holds."""
+        return self.shape.head_dim, self.shape.head_dim
+
+    def store(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.kv.k_buffer[0][slots], self.kv.v_buffer[0][slots] = k, v
 
     @property
     def row_width(self) -> int:
@@ -168,9 +238,8 @@ class Pools:
     def write(self, request: int, positions: range, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store K/V of row positions ``positions`` of ``request`` in the KV pool, and note them as
         what the row holds (what the reference reads)."""
-        slots = self.slots(request, positions)
         k, v = k.to(DEVICE, self.shape.dtype), v.to(DEVICE, self.shape.dtype)
-        self.kv.k_buffer[0][slots], self.kv.v_buffer[0][slots] = k, v
+        self.store(self.slots(request, positions), k, v)
         true_k, true_v = self.truth[request]
         true_k[list(positions)], true_v[list(positions)] = k.double(), v.double()
 
@@ -184,6 +253,43 @@ class Pools:
 
     def tensor(self, values, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=DEVICE)
+
+
+class MlaPools(Pools):
+    """The same rows over sglang's MLATokenToKVPool: one cached row per token (the latent, then the
+    rope key). K is that row, V its latent part, the model's absorbed attention."""
+
+    def kv_pool(self, size: int):
+        from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
+
+        return MLATokenToKVPool(size=size, page_size=self.shape.page_size, dtype=self.shape.dtype,
+                                kv_lora_rank=self.shape.kv_lora_rank, qk_rope_head_dim=self.shape.qk_rope_head_dim,
+                                layer_num=1, device=DEVICE, enable_memory_saver=False)
+
+    def kv_buffers(self) -> tuple[torch.Tensor, ...]:
+        return (self.kv.kv_buffer[0],)
+
+    def truth_widths(self) -> tuple[int, int]:
+        return self.shape.head_dim, self.shape.kv_lora_rank
+
+    def store(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.kv.kv_buffer[0][slots] = k
+
+
+def random_latent(pools: MlaPools, request: int, positions: range, generator: torch.Generator) -> torch.Tensor:
+    """Write random cache rows for ``request`` at ``positions``; returns them ([n, 1, head_dim])."""
+    rows = torch.randn(len(positions), 1, pools.shape.head_dim, generator=generator).to(DEVICE)
+    pools.write(request, positions, rows, rows[..., : pools.shape.kv_lora_rank])
+    return rows
+
+
+def mla_layer(shape: MlaShape):
+    """The RadixAttention layer DeepSeek's absorbed path hands the backend: one cached head of
+    head_dim (latent + rope key) per token, V the latent."""
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    return RadixAttention(shape.num_heads, shape.head_dim, shape.scale, 1, layer_id=0,
+                          v_head_dim=shape.kv_lora_rank)
 
 
 def random_kv(pools: Pools, request: int, positions: range, generator: torch.Generator) -> None:
@@ -230,6 +336,39 @@ def chain_verify_batch(pools: Pools, committed: list[int], num_steps: int, *, ho
         spec_algorithm=SpeculativeAlgorithm.from_string(algorithm))
 
 
+def draft_decode_batch(pools: Pools, committed: list[int], topk: int, num_steps: int, *, host_mirrors: bool,
+                       algorithm: str = "EAGLE"):
+    """EAGLE's multi-step draft as eagle_worker_v2.draft hands it over (prepare_for_draft): a DECODE over
+    the committed lengths (seq_lens = the KV-ready prefix), positions = that length per branch,
+    out_cache_loc = each branch's num_steps slots after the prefix (page size 1 or topk 1: back to back,
+    branch b of request r at row positions committed + b * num_steps + s); seq_lens_cpu / seq_lens_sum
+    the committed lengths, or None on the GPU-only path. Step s's draft tokens write
+    ``draft_step_slots(batch, s)``, and each should see its prefix and its branch's tokens 0..s."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    bs = len(committed)
+    positions = pools.tensor([n for n in committed for _ in range(topk)])
+    spec_info = EagleDraftInput(capture_hidden_mode=CaptureHiddenMode.LAST, num_tokens_per_req=topk,
+                                num_tokens_for_logprob_per_req=topk)
+    spec_info.positions = positions
+    return ForwardBatch(
+        forward_mode=ForwardMode.DECODE, batch_size=bs,
+        input_ids=torch.zeros(bs * topk, dtype=torch.int64, device=DEVICE),
+        req_pool_indices=pools.tensor(pools.req_pool_indices[:bs]), seq_lens=pools.tensor(committed),
+        out_cache_loc=torch.cat([pools.slots(r, range(n, n + topk * num_steps)) for r, n in enumerate(committed)]),
+        seq_lens_sum=sum(committed) if host_mirrors else None,
+        seq_lens_cpu=torch.tensor(committed) if host_mirrors else None, positions=positions, spec_info=spec_info,
+        spec_algorithm=SpeculativeAlgorithm.from_string(algorithm))
+
+
+def draft_step_slots(batch, step: int) -> torch.Tensor:
+    """The slots draft step ``step`` writes, one per branch (eagle_worker_v2's per-step out_cache_loc)."""
+    topk = batch.spec_info.num_tokens_per_req
+    return batch.out_cache_loc.view(batch.batch_size, topk, -1)[:, :, step].reshape(-1).contiguous()
+
+
 def extend_batch(pools: Pools, prefix_lens: list[int], extend_lens: list[int], algorithm: str | None = None):
     """A prefill (EXTEND) as the scheduler hands it over: request r has prefix_lens[r] tokens in the KV
     cache (a prefix-cache hit, or the chunks before this one) and extend_lens[r] new ones at row
@@ -261,11 +400,80 @@ def in_window(position: int, rows: range, window: int | None) -> list[int]:
 
 def attend(backend, batch, attention_layer, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None):
     """One forward of the layer as the model calls it (the output NaN until written): q [tokens,
-    heads, head_dim], k and v [tokens, kv_heads, head_dim] or None -> [tokens, heads, head_dim] float64."""
+    heads, head_dim], k and v [tokens, kv_heads, head_dim] or None -> [tokens, heads, v's head_dim] float64."""
     tokens, heads, dim = q.shape
-    batch._attn_output = torch.full((tokens, heads * dim), float("nan"), dtype=q.dtype, device=DEVICE)
+    dim_v = dim if v is None else v.shape[-1]  # MLA: V is the latent, narrower than q and K
+    batch._attn_output = torch.full((tokens, heads * dim_v), float("nan"), dtype=q.dtype, device=DEVICE)
     out = backend.forward(q.reshape(tokens, -1), k, v, attention_layer, batch, save_kv_cache=k is not None)
-    return out.reshape(tokens, heads, dim).double()
+    return out.reshape(tokens, heads, dim_v).double()
+
+
+def mla_draft_step_problems(backend, pools: MlaPools, batch, committed: list[int], generator: torch.Generator,
+                            attention_backend: str, problems: Problems, path: str) -> None:
+    """Run each attention step of a multi-step MLA draft backend, its init_forward_metadata done, as
+    eagle_worker_v2.draft_forward does (topk 1: step s's token at row position committed + s, its
+    cache row already in the pool). A step should see the prefix and the chain's tokens 0..s; what it
+    sees otherwise is a problem of ``path``, told against attention over the prefix alone."""
+    shape = pools.shape
+    for step, step_backend in enumerate(backend.attn_backends):  # num_steps - 1 attention steps
+        view = copy.copy(batch)
+        view.out_cache_loc = draft_step_slots(batch, step)
+        q = normal(generator, len(committed), shape.num_heads, shape.head_dim, dtype=shape.dtype)
+        rows = torch.cat([pools.keys(r, [n + step])[0] for r, n in enumerate(committed)]).to(shape.dtype)
+        out = attend_absorbed(step_backend, view, mla_layer(shape), q, rows, attention_backend)
+        chain = worst_error(out, q, pools, [(r, list(range(n + step + 1))) for r, n in enumerate(committed)])
+        prefix = worst_error(out, q, pools, [(r, list(range(n))) for r, n in enumerate(committed)])
+        if not chain <= TOLERANCE[shape.dtype]:
+            problems.add(f"{path}: draft step {step} (committed {committed}): off by {chain:.3g} from attention over the "
+                         f"prefix and the chain's tokens 0..{step}; within {prefix:.3g} of attention over the "
+                         f"prefix alone")
+
+
+def mla_chain_draft(draft_backend_class, attention_backend: str, shape: MlaShape, committed: list[int],
+                    num_steps: int, *, host_mirrors: bool) -> int:
+    """An MLA model's EAGLE/MTP chain draft (topk 1) on ``draft_backend_class`` (a multi-step draft
+    backend) served as ``--attention-backend attention_backend``, with the metadata of each path the
+    draft worker takes: eager (init_forward_metadata, as eagle_worker_v2.draft calls it) and CUDA graph
+    (init_cuda_graph_state, then the metadata a capture of this batch plans; the forwards then run
+    outside a graph, on that metadata). Every request's prefix and draft tokens are in the pool; each
+    attention step is checked (mla_draft_step_problems); returns the verdict's exit status."""
+    generator = torch.Generator().manual_seed(0)
+    problems = Problems()
+    with server_state(attention_backend=attention_backend, page_size=shape.page_size,
+                      **eagle_args(1, num_steps, num_steps + 1)) as args:
+        pools = MlaPools(shape, [n + num_steps for n in committed], args)
+        for request, length in enumerate(committed):
+            random_latent(pools, request, range(length + num_steps), generator)
+        for path in ("eager", "graph"):
+            backend = draft_backend_class(model_runner(shape, pools, args, draft_worker=True), 1, num_steps)
+            batch = draft_decode_batch(pools, committed, 1, num_steps, host_mirrors=host_mirrors)
+            if path == "eager":
+                backend.init_forward_metadata(batch)
+            else:
+                backend.init_cuda_graph_state(len(committed), len(committed))
+                backend.init_forward_metadata_out_graph(batch, in_capture=True)
+            mla_draft_step_problems(backend, pools, batch, committed, generator, attention_backend, problems, path)
+    return verdict(problems, "every draft step sees its prefix and the chain's tokens up to itself, eager and "
+                             "from the CUDA-graph metadata")
+
+
+def attend_absorbed(backend, batch, attention_layer, q: torch.Tensor, rows: torch.Tensor, attention_backend: str):
+    """One absorbed-MLA forward as DeepSeek's forward_absorb_core hands it to the backend served as
+    ``--attention-backend attention_backend``: q [tokens, heads, head_dim] and the new cache rows
+    [tokens, 1, head_dim] whole, or, for the backends sglang lists in FORWARD_ABSORB_CORE_ATTENTION_BACKENDS
+    (FA3, FlashInfer), their latent parts with the rope parts apart (q_rope, k_rope)
+    -> [tokens, heads, kv_lora_rank] float64."""
+    from sglang.srt.models.deepseek_common.utils import FORWARD_ABSORB_CORE_ATTENTION_BACKENDS
+
+    rank = attention_layer.v_head_dim
+    latent = rows[..., :rank].contiguous()
+    if attention_backend not in FORWARD_ABSORB_CORE_ATTENTION_BACKENDS:
+        return attend(backend, batch, attention_layer, q, rows, latent)
+    tokens, heads, _ = q.shape
+    batch._attn_output = torch.full((tokens, heads * rank), float("nan"), dtype=q.dtype, device=DEVICE)
+    out = backend.forward(q[..., :rank].contiguous(), latent, latent, attention_layer, batch, save_kv_cache=True,
+                          q_rope=q[..., rank:].contiguous(), k_rope=rows[..., rank:].contiguous())
+    return out.reshape(tokens, heads, rank).double()
 
 
 def worst_error(out: torch.Tensor, q: torch.Tensor, pools: Pools, seen: list[tuple[int, list[int]]]) -> float:
