@@ -447,6 +447,79 @@ FLASHINFER_GRAPH_WORKSPACE = (
 # get_req_to_token_extra_context_len widens the row for it only at page size > 1: at page size 1 a tree
 # (2 x topk x num_steps > 8 + num_draft_tokens) near the context writes its reserved slots into the next
 # row. Apply the reserve at every page size (upstream would drop the condition).
+# findings/flashmla-draft-attends-prefix-only: FlashMLAMultiStepDraftBackend runs every draft step's
+# FlashMLABackend as a plain DECODE over seq_lens, the committed prefix, which the draft worker never
+# moves between steps: step i attends the prefix but not the chain's tokens 0..i. Each step's backend
+# learns how many keys it sees past seq_lens (i + 1; 0 outside a draft) and adds them where the decode
+# reads lengths: the eager block table and scheduler metadata, the graph's, and the kernel's
+# cache_seqlens (an add on the graph's static seq_lens, so replays follow it).
+_FLASHMLA = "sglang.srt.layers.attention.flashmla_backend"
+_DRAFT_STEP_LENS = "self.draft_step_lens"
+FLASHMLA_DRAFT_STEP_LENS = (
+    SourcePatch(_FLASHMLA, "FlashMLABackend", "__init__", ((
+        "self.dcp_world_size = get_parallel().attn_dcp_size",
+        "self.dcp_world_size = get_parallel().attn_dcp_size\n"
+        "# Keys a multi-step draft step sees past seq_lens (its chain's tokens): 0 outside a draft.\n"
+        f"{_DRAFT_STEP_LENS} = 0"),)),
+    SourcePatch(_FLASHMLA, "FlashMLAMultiStepDraftBackend", "__init__", ((
+        "self.attn_backends.append( FlashMLABackend( model_runner, skip_prefill=True, "
+        "kv_indptr_buf=self.kv_indptr[i], kv_last_page_len_buf=None, ) )",
+        "self.attn_backends.append(\n    FlashMLABackend(\n        model_runner,\n        skip_prefill=True,\n"
+        "        kv_indptr_buf=self.kv_indptr[i],\n        kv_last_page_len_buf=None,\n    )\n)\n"
+        "self.attn_backends[i].draft_step_lens = i + 1"),)),
+    SourcePatch(_FLASHMLA, "FlashMLABackend", "init_forward_metadata", (
+        Swap("max_seqlen_pad = triton.cdiv(eager_max_k, PAGE_SIZE)", "eager_max_k",
+             f"eager_max_k + {_DRAFT_STEP_LENS}"),
+        Swap("forward_batch.req_pool_indices, forward_batch.seq_lens, None,", "forward_batch.seq_lens",
+             f"forward_batch.seq_lens + {_DRAFT_STEP_LENS}"),
+        Swap("get_mla_metadata( forward_batch.seq_lens.to(torch.int32), self.num_q_heads,",
+             "forward_batch.seq_lens.to", f"(forward_batch.seq_lens + {_DRAFT_STEP_LENS}).to"),
+    )),
+    SourcePatch(_FLASHMLA, "FlashMLABackend", "_apply_decode_target_verify_metadata", ((
+        "if forward_mode.is_target_verify(): seq_lens = seq_lens + self.num_draft_tokens",
+        "if forward_mode.is_decode_or_idle():\n"
+        f"    seq_lens = seq_lens + {_DRAFT_STEP_LENS}\n"
+        "    if seq_lens_cpu is not None:\n"
+        f"        seq_lens_cpu = seq_lens_cpu + {_DRAFT_STEP_LENS}\n"
+        "if forward_mode.is_target_verify():\n"
+        "    seq_lens = seq_lens + self.num_draft_tokens"),)),
+    SourcePatch(_FLASHMLA, "FlashMLABackend", "forward_decode", (
+        Swap("cache_seqlens=forward_batch.seq_lens.to(torch.int32),", "forward_batch.seq_lens.to",
+             f"(forward_batch.seq_lens + {_DRAFT_STEP_LENS}).to", 2),)),
+)
+
+
+# findings/flashinfer-mla-draft-steps-miss-their-tokens: FlashInferMLAMultiStepDraftBackend builds each
+# draft step's kv_indptr / kv_indices (the prefix and the chain's tokens up to the step) on spec_info,
+# but the step's backend plans from seq_lens, the prefix: eagerly it leaves spec_info out (the wrapper
+# attends the prefix only), and for the CUDA graph its host kv_indptr / kv_len arrays count the prefix
+# only while the indices hold the drafts too (request r > 0 reads r x (step + 1) keys early). Pass
+# spec_info eagerly, as the capture does, and count the step's chain tokens in the graph's host arrays
+# (each step's backend learns them, i + 1; 0 outside a draft).
+_FI_MLA = "sglang.srt.layers.attention.flashinfer_mla_backend"
+FLASHINFER_MLA_DRAFT_STEP_KV = (
+    SourcePatch(_FI_MLA, "FlashInferMLAAttnBackend", "__init__", ((
+        "self.kv_index_translator = model_runner.kv_index_translator",
+        "self.kv_index_translator = model_runner.kv_index_translator\n"
+        "# Keys a multi-step draft step sees past seq_lens (its chain's tokens): 0 outside a draft.\n"
+        f"{_DRAFT_STEP_LENS} = 0"),)),
+    SourcePatch(_FI_MLA, "FlashInferMLAMultiStepDraftBackend", "__init__", ((
+        "self.attn_backends.append( FlashInferMLAAttnBackend( model_runner, skip_prefill=True, "
+        "kv_indptr_buf=self.kv_indptr[i], q_indptr_decode_buf=self.q_indptr_decode, ) )",
+        "self.attn_backends.append(\n    FlashInferMLAAttnBackend(\n        model_runner,\n"
+        "        skip_prefill=True,\n        kv_indptr_buf=self.kv_indptr[i],\n"
+        "        q_indptr_decode_buf=self.q_indptr_decode,\n    )\n)\n"
+        "self.attn_backends[i].draft_step_lens = i + 1"),)),
+    SourcePatch(_FI_MLA, "FlashInferMLAAttnBackend", "init_forward_metadata", ((
+        "decode_wrapper=self.decode_wrapper, init_metadata_replay=False,",
+        "decode_wrapper=self.decode_wrapper,\ninit_metadata_replay=False,\n"
+        "spec_info=forward_batch.spec_info if forward_batch.forward_mode.is_decode() else None,"),)),
+    SourcePatch(_FI_MLA, "FlashInferMLAAttnBackend", "_apply_cuda_graph_metadata", (
+        Swap("kv_len_arr_cpu = seq_lens_cpu[:bs].to(torch.int32)", "seq_lens_cpu[:bs].to",
+             f"(seq_lens_cpu[:bs] + {_DRAFT_STEP_LENS}).to"),)),
+)
+
+
 _ALLOCATION_SIZING = "sglang.srt.mem_cache.allocation_sizing"
 SPEC_RESERVE_ROW_WIDTH = (
     SourcePatch(_ALLOCATION_SIZING, "", "get_req_to_token_extra_context_len", (
@@ -538,6 +611,15 @@ PATCHES = {patch.patch_id: patch for patch in (
           "req_to_token rows get the decode reservation's headroom at every page size, not only above 1, so a "
           "speculative request near the context keeps its reserved slots in its own row",
           _apply_all(SPEC_RESERVE_ROW_WIDTH), "reserve-wall", kind=FIX, source=SPEC_RESERVE_ROW_WIDTH),
+    Patch("flashinfer-mla-draft-step-kv", "findings/flashinfer-mla-draft-steps-miss-their-tokens",
+          "FlashInfer MLA's draft step i plans seq_lens + i + 1 keys (the prefix and the chain's tokens up to "
+          "itself): eagerly from the draft's spec_info, in the CUDA graph in its host kv_indptr and lengths",
+          _apply_all(FLASHINFER_MLA_DRAFT_STEP_KV), "draft_decode and flashinfer_mla", kind=FIX,
+          source=FLASHINFER_MLA_DRAFT_STEP_KV),
+    Patch("flashmla-draft-step-lens", "findings/flashmla-draft-attends-prefix-only",
+          "FlashMLA's draft step i attends seq_lens + i + 1 keys (the prefix and the chain's tokens up to "
+          "itself), eager and CUDA graph", _apply_all(FLASHMLA_DRAFT_STEP_LENS),
+          "draft_decode and flashmla", kind=FIX, source=FLASHMLA_DRAFT_STEP_LENS),
     Patch("flashinfer-graph-workspace", "findings/flashinfer-graph-workspace",
           "FlashInfer sizes the float workspace of its CUDA-graph verify and draft-extend wrappers by the "
           "split-kv plan of the largest captured batch, not the fixed shared workspace",
