@@ -499,8 +499,8 @@ FLASHMLA_DRAFT_STEP_LENS = (
 _FI_MLA = "sglang.srt.layers.attention.flashinfer_mla_backend"
 FLASHINFER_MLA_DRAFT_STEP_KV = (
     SourcePatch(_FI_MLA, "FlashInferMLAAttnBackend", "__init__", ((
-        "self.kv_index_translator = model_runner.kv_index_translator",
-        "self.kv_index_translator = model_runner.kv_index_translator\n"
+        "self.token_to_kv_pool = model_runner.token_to_kv_pool",
+        "self.token_to_kv_pool = model_runner.token_to_kv_pool\n"
         "# Keys a multi-step draft step sees past seq_lens (its chain's tokens): 0 outside a draft.\n"
         f"{_DRAFT_STEP_LENS} = 0"),)),
     SourcePatch(_FI_MLA, "FlashInferMLAMultiStepDraftBackend", "__init__", ((
