@@ -380,9 +380,12 @@ def _read_document(path: Path, where: str) -> _CaseFile:
     return parsed
 
 
-def _family_problem(spec: CaseSpec) -> str | None:
-    """A backend of another family, or what the family's own rules refuse."""
+def _family_problem(mode_name: str, spec: CaseSpec) -> str | None:
+    """A mode sglang never runs with the family, a backend of another family, or what the family's
+    own rules refuse."""
     family = FAMILIES[spec.family]
+    if mode_name in family.unserved_modes:
+        return f"family: {family.name} runs no {mode_name}: {family.unserved_modes[mode_name]}"
     strangers = [name for name in spec.backends if name not in family.backends]
     if strangers:
         return (f"backends: {', '.join(strangers)} serve another attention family; the {family.name} family's "
@@ -396,7 +399,7 @@ def spec_problem(mode_name: str, spec: CaseSpec) -> tuple[str, str] | None:
     The rules beyond the schema, shared by the loader and the generated tier's strategy.
     """
     mode = MODES[mode_name]
-    problem = _family_problem(spec) or mode.validate(spec) or (
+    problem = _family_problem(mode_name, spec) or mode.validate(spec) or (
         None if mode.takes_draft_window or not (spec.draft_window or spec.draft_sink) else
         f"draft_window: only draft_decode takes draft_window / draft_sink, not {mode_name}")
     return tuple(problem.partition(": ")[::2]) if problem else case_limits.case_problem(mode, spec)

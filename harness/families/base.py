@@ -38,6 +38,7 @@ class AttentionFamily(Protocol):
     name: str
     case_folder: str  # where its case files live under cases/ ("" for the top folder)
     backends: dict[str, BackendEntry]  # its backend entries, by name
+    unserved_modes: dict[str, str]  # forward modes sglang never runs with this family, and why, from its source
 
     def shape(self, spec: CaseSpec) -> LayerShape: ...
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None

@@ -21,6 +21,7 @@ class DenseFamily:
     name = "dense"
     case_folder = ""
     backends = ENTRIES
+    unserved_modes: dict[str, str] = {}
 
     def shape(self, spec: CaseSpec) -> LayerShape:
         return LayerShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.head_dim, spec.head_dim ** -0.5)

@@ -57,6 +57,13 @@ class MlaFamily:
     name = "mla"
     case_folder = "mla"
     backends = ENTRIES
+    unserved_modes = {
+        **dict.fromkeys(("frozen_kv_mtp_verify", "frozen_kv_mtp_draft"),
+                        "sglang serves frozen-KV MTP for Gemma 4's MTP draft only (models/gemma4_mtp.py, the one "
+                        "model with a frozen-KV draft); no MLA model has one"),
+        "dflash_draft": "DFlash drafters are dense models (models/dflash.py); an MLA model meets DFlash as the "
+                        "target that verifies the block (dflash_verify)",
+    }
 
     def shape(self, spec: CaseSpec) -> LayerShape:
         model = _model(spec)
