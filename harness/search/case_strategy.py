@@ -32,15 +32,17 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from harness.case.scheduler_rules import max_committed_prefix
-from harness.base.case_spec import HostMirrors, KvLayout, PadStyle
+from harness.base.case_spec import CaseSpec, HostMirrors, KvLayout, PadStyle
 from harness.case.cases import spec_from_fields, spec_problem
 from harness.cell.cell_matrix import combination_skip_reason
+from harness.families import family_of_backend
 from harness.search.draw_caps import DEFAULT_DECODE_MAX_BS, DrawProfile, HeadGrid, cell_cost, machine_runs
 from harness.modes import MODES
 from harness.runners import RUNNER_FORMS
 from harness.fixtures.sglang_env import decode_capture_sizes
 
 KV_LAYOUTS, HOST_MIRRORS, PAD_STYLES = get_args(KvLayout), get_args(HostMirrors), get_args(PadStyle)
+DEFAULT_FAMILY = CaseSpec.model_fields["family"].default  # the family of a case that names none
 PREFIX_SCALES = (3, 64, 512, 4096)
 DRAFT_WINDOWS, DRAFT_SINKS = (0, 1, 16, 64), (0, 1, 4)
 SMALLEST_MODEL_WINDOW = 2  # a sliding_window of 1 reaches sglang's layer as 0, which it reads as no window
@@ -214,26 +216,33 @@ def _model_window(draw, model_windows: tuple[int, ...], context_len: int, prefix
 
 @functools.lru_cache(maxsize=None)
 def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: DrawProfile,
-           model_window: bool = False) -> st.SearchStrategy:
+           model_window: bool = False, family: str = DEFAULT_FAMILY) -> st.SearchStrategy:
     """The case's sizes: model dimensions, context, batch, window, prefixes, capture size, and (where
     the case has no draft window: the two do not combine) the model's sliding window.
 
-    The window comes before the prefixes: the wall they are drawn up to depends on it.
+    The window comes before the prefixes: the wall they are drawn up to depends on it. Another
+    family's case takes one of the profile's shards of that family (its model and heads) for the
+    dense head shapes, and no sliding window (the MLA models served have none).
     """
     spec_mode = MODES[mode]
     windowed = spec_mode.windowed  # a case gives the window each request brings
 
     @st.composite
     def sizes(draw) -> dict:
-        heads = draw(st.sampled_from(head_choices(profile)))
+        dense = family == DEFAULT_FAMILY
+        heads = draw(st.sampled_from(head_choices(profile))) if dense else None
+        shard = None if dense else draw(st.sampled_from(profile.shards_of(family)))
         context_len = draw(st.sampled_from(profile.context_lens))
         bs = draw(_batch_size(profile))
         # a fixed window per request: the chain's num_steps + 1, or any tree's
         window = draw(st.one_of(st.just(num_steps + 1), st.integers(2, profile.max_window.limit))) if windowed else None
         wall = max_committed_prefix(context_len, spec_mode.most_committed(num_steps, window))
+        model = (dict(num_kv_heads=heads.num_kv_heads,
+                      num_heads=heads.num_kv_heads * draw(st.sampled_from(heads.gqa_ratios)),
+                      head_dim=draw(st.sampled_from(heads.head_dims))) if dense
+                 else dict(family=family, **dict(shard.fields)))
         drawn = dict(
-            num_kv_heads=heads.num_kv_heads, num_heads=heads.num_kv_heads * draw(st.sampled_from(heads.gqa_ratios)),
-            head_dim=draw(st.sampled_from(heads.head_dims)), context_len=context_len, bs=bs,
+            **model, context_len=context_len, bs=bs,
             prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(wall)), page_size, spec_mode.min_prefix_len),
                                       min_size=bs, max_size=bs)),
         )
@@ -244,7 +253,7 @@ def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: Draw
             drawn["capture_bs"] = [capture]
             if capture > bs:
                 drawn["pad_styles"] = [draw(st.sampled_from(PAD_STYLES))]
-        if model_window:
+        if model_window and dense:
             reach = drawn["input_lens"] if windowed else num_steps  # an int: the loader repeats it
             if heads.sliding_windows is None:
                 drawn["sliding_window"] = draw(_sliding_window(drawn["prefix_lens"], reach, page_size))
@@ -267,8 +276,11 @@ def drawn_cases(draw, profile: DrawProfile) -> DrawnCase:
     mode = draw(st.sampled_from(tuple(MODES)))
     for _ in range(SHAPE_ATTEMPTS):
         shape = draw(_shape(mode, profile))
+        family = family_of_backend(shape["backends"][0])
+        if family != DEFAULT_FAMILY and not profile.shards_of(family):
+            continue  # the profile draws no shape of that family
         sizes = _sizes(mode, RUNNER_FORMS[shape["runners"][0]].graph, shape["page_size"], shape["num_steps"],
-                       profile, model_window=not shape.get("draft_window"))
+                       profile, model_window=not shape.get("draft_window"), family=family)
         for _ in range(SIZE_ATTEMPTS):
             fields = {**shape, **draw(sizes)}
             if why_not_runnable(mode, fields, profile) is None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from harness.base import platform
-from harness.families import BACKENDS
+from harness.families import BACKENDS, FAMILIES
 from harness.case.case_limits import BUFFERS, largest_cell_sizes
 from harness.base.case_spec import CaseSpec
 from harness.modes.base import SpecMode
@@ -63,6 +63,17 @@ class HeadGrid:
 
 
 @dataclass(frozen=True)
+class FamilyShard:
+    """A served model of another attention family (harness/families) as one GPU runs it: the case
+    fields that say so (the family's model and one GPU's heads), named for humans. A draw on one of
+    that family's backends takes one of these instead of the dense head shapes."""
+
+    name: str
+    family: str
+    fields: tuple[tuple[str, object], ...]
+
+
+@dataclass(frozen=True)
 class DrawProfile:
     name: str
     dtypes: tuple[tuple[str, int], ...]  # (dtype, weight: how often beside the others); first: where draws shrink to
@@ -78,6 +89,10 @@ class DrawProfile:
     max_attention_macs: Cap
     max_reference_query_bytes: Cap
     max_kernel_tiles: Cap
+    family_shards: tuple[FamilyShard, ...] = ()  # the other families' served shapes; a family without any is not drawn
+
+    def shards_of(self, family: str) -> tuple[FamilyShard, ...]:
+        return tuple(shard for shard in self.family_shards if shard.family == family)
 
     @property
     def capture_sizes(self) -> list[int]:
@@ -114,12 +129,13 @@ def cell_cost(mode: SpecMode, spec: CaseSpec, graph: bool) -> CellCost:
     row_lens = mode.row_lens(spec)
     sizes = largest_cell_sizes(mode, spec)
     queries = mode.query_tokens(spec)
-    macs = 2 * spec.num_heads * spec.head_dim * sum(w * row for w, row in zip(queries, row_lens))
+    qk_head_dim = FAMILIES[spec.family].shape(spec).qk_head_dim  # MLA: the latent and the rope key
+    macs = 2 * spec.num_heads * qk_head_dim * sum(w * row for w, row in zip(queries, row_lens))
     # Decode kernels run one program per query; extend kernels one per tile of a request's queries.
     decode = mode.forward_mode == "DECODE"
     tiles = sum((w if decode else -(-w // KV_TILE)) * -(-row // KV_TILE) for w, row in zip(queries, row_lens))
     return CellCost(pool_bytes=sum(buffer.size(sizes) for buffer in BUFFERS), attention_macs=macs,
-                    reference_query_bytes=16 * max(row_lens) * spec.num_heads * spec.head_dim,
+                    reference_query_bytes=16 * max(row_lens) * spec.num_heads * qk_head_dim,
                     kernel_tiles=(2 if graph else 1) * spec.num_heads * tiles)
 
 
@@ -145,6 +161,20 @@ SERVED_MODELS = (
     ModelShape("Llama-3.2-1B, TP8", 4, 1, 64),
 )
 
+def _mla(name: str, model: str, num_heads: int) -> FamilyShard:
+    return FamilyShard(name, "mla", (("model", model), ("num_heads", num_heads)))
+
+
+# MLA models as one GPU runs them (harness/families/mla/models.py): TP8 puts 1/8 of the heads on a GPU,
+# DP attention all of them; the latent (512) and rope key (64) are every served model's.
+SERVED_MLA = (
+    _mla("DeepSeek-V3/R1, TP8", "deepseek-v3", 16),
+    _mla("DeepSeek-V3/R1, DP attention", "deepseek-v3", 128),
+    _mla("Kimi-K2, TP8", "kimi-k2", 8),
+    _mla("Kimi-K2, DP attention", "kimi-k2", 64),
+    _mla("DeepSeek-V2-Lite, TP1", "deepseek-v2-lite", 16),
+)
+
 CPU = DrawProfile(
     name="cpu",
     dtypes=(("float32", 1),),  # bf16 is broken in Triton's CPU interpreter (triton-lang/triton#11584)
@@ -162,6 +192,8 @@ CPU = DrawProfile(
     max_reference_query_bytes=Cap(64 * MIB, "the reference expands one query's K/V to float64"),
     max_kernel_tiles=Cap(256, "the Triton interpreter takes 15-40 ms a tile on an idle core "
                          "(4x that on a loaded one): 256 keeps a cell within about 10 s"),
+    # the smallest MLA shard: 2 heads of DeepSeek-V2-Lite's 16 (TP8), as the hand cases run on the CPU
+    family_shards=(_mla("DeepSeek-V2-Lite, TP8", "deepseek-v2-lite", 2),),
 )
 
 GPU = DrawProfile(
@@ -181,6 +213,7 @@ GPU = DrawProfile(
     max_attention_macs=Cap(20_000_000_000, "the float64 reference runs on the host: about 10 s on 16 cores"),
     max_reference_query_bytes=Cap(512 * MIB, "the reference expands one query's K/V to float64"),
     max_kernel_tiles=Cap(1 << 40, "compiled kernels: memory and the host reference bound a GPU cell"),
+    family_shards=SERVED_MLA,
 )
 
 PROFILES = {profile.name: profile for profile in (CPU, GPU)}

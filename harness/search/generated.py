@@ -181,13 +181,15 @@ def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence 
 def generated_name(seed: int, index: int, spec: CaseSpec) -> str:
     """gen<seed>-<i>-<shape>: the seed and draw index find the draw again; the shape is for humans.
 
-    b bs, k topk, s steps, p page, d head_dim, h query x KV heads, w the model's sliding window (where
-    there is one); short enough for a case name.
+    b bs, k topk, s steps, p page, d head_dim, h query x KV heads (or, for another family's model, its
+    name and h one GPU's heads), w the model's sliding window (where there is one); short enough for a
+    case name.
     """
     mirrors = "" if spec.host_mirrors == "full" else f"-{spec.host_mirrors.replace('_', '')}"
     window = f"w{spec.sliding_window}" if spec.sliding_window else ""
-    shape = (f"b{spec.bs}k{spec.topk}s{spec.num_steps}p{spec.page_size}d{spec.head_dim}"
-             f"h{spec.num_heads}x{spec.num_kv_heads}{window}{mirrors}")
+    heads = (f"d{spec.head_dim}h{spec.num_heads}x{spec.num_kv_heads}" if not spec.model
+             else f"-{spec.model}-h{spec.num_heads}")  # another family's model: its name and one GPU's heads
+    shape = f"b{spec.bs}k{spec.topk}s{spec.num_steps}p{spec.page_size}{heads}{window}{mirrors}"
     return f"{GENERATED_CASES}{seed}-{index}-{shape}"
 
 

@@ -2,8 +2,9 @@
 
 Hypothesis shrinks: the draw's pass is replayed with shrinking on, every draw
 before the failing one is passed over unrun, and from the failing draw on each
-candidate runs in a worker process (harness/search/cell_worker.py) and counts as
-failing only if it fails in the same class (harness/ledger/failure_class.py).
+candidate of the failing cell's attention family (harness/families) runs in a worker
+process (harness/search/cell_worker.py) and counts as failing only if it fails in the
+same class (harness/ledger/failure_class.py).
 Hypothesis ends on its smallest such candidate, which is written as a case
 file ready to copy into cases/, with the one-line command that reruns it.
 Candidates not yet run when the time budget is spent count as passing, so the
@@ -28,6 +29,7 @@ from harness import ROOT
 from harness.search.case_strategy import DrawnCase
 from harness.case.cases import fields_of, spec_from_fields
 from harness.cell.cell_matrix import case_file_rerun, expand_cells, repo_path
+from harness.families import family_of_backend
 from harness.search.cell_worker import OUTCOME_MARK
 from harness.search.draw_caps import DrawProfile
 from harness.ledger.failure_class import CRASHED, TIMED_OUT
@@ -117,12 +119,18 @@ class _Search:
             if drawn.key != self.target.key:
                 return  # an earlier draw of the pass: it passed in the run, so it is not rerun
             self.reached = True
+        if _family(drawn) != _family(self.target):
+            return  # another family's model is another sglang path: not the same failure, not run
         if drawn.key not in self.outcomes:
             self.outcomes[drawn.key] = (self.executor.run(drawn) if time.monotonic() < self.deadline
                                         else dict(status="not run", failure=None, message="budget spent"))
         if self.outcomes[drawn.key]["failure"] == self.failure:
             self.smallest = drawn
             raise _SameFailure
+
+
+def _family(drawn: DrawnCase) -> str:
+    return family_of_backend(drawn.fields["backends"][0])
 
 
 def write_case(path: Path, mode: str, spec_fields: dict, comments: list[str]) -> None:

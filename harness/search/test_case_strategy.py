@@ -52,13 +52,20 @@ def _model_windows(windows: tuple[int, ...]) -> set[int]:
 
 
 def test_gpu_draws_take_heads_and_windows_from_served_models(gpu_specs):
-    for spec in gpu_specs:
+    for spec in (spec for spec in gpu_specs if not spec.model):  # dense; other families: below
         shape = (spec.num_heads, spec.num_kv_heads, spec.head_dim)
         models = [m for m in SERVED_MODELS if (m.num_heads, m.num_kv_heads, m.head_dim) == shape]
         assert models, f"{shape} is no served model's"
         assert any(spec.sliding_window in _model_windows(m.sliding_windows) for m in models), spec
         assert spec.sliding_window < spec.context_len
     assert {spec.sliding_window for spec in gpu_specs} - {0, SMALLEST_MODEL_WINDOW}  # served windows drawn
+
+
+def test_gpu_draws_take_other_families_from_their_served_shards(gpu_specs):
+    """An MLA draw is one served model's shard (model and one GPU's heads), never a dense head shape."""
+    shards = {(shard.family, *dict(shard.fields).values()) for shard in GPU.family_shards}
+    drawn = {(spec.family, spec.model, spec.num_heads) for spec in gpu_specs if spec.model}
+    assert drawn and drawn <= shards, drawn - shards
 
 
 def test_gpu_draws_are_mostly_bf16_where_the_backend_runs_it(gpu_specs):

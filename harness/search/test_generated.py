@@ -61,9 +61,13 @@ def _reached(generated) -> dict[str, set]:
         seen["mode"].add(item.case.mode)
         seen["runner"].add(cell.runner)
         seen["padding"].add(cell.padding)
-        for name in ("head_dim", "page_size", "host_mirrors", "kv_layout", "topk", "num_steps"):
+        for name in ("page_size", "host_mirrors", "kv_layout", "topk", "num_steps"):
             seen[name].add(getattr(spec, name))
-        seen["gqa"].add(spec.num_heads // spec.num_kv_heads)
+        if spec.model:  # another family's served model: its shard, not dense head shapes
+            seen["shard"].add((spec.family, spec.model, spec.num_heads))
+        else:
+            seen["head_dim"].add(spec.head_dim)
+            seen["gqa"].add(spec.num_heads // spec.num_kv_heads)
         seen["bs"].add(spec.bs)
         seen["prefix"] |= {"0" if p == 0 else "1" if p == 1 else "wall" if p == wall else
                            "page edge" if p % spec.page_size in (0, 1, spec.page_size - 1) and spec.page_size > 1
@@ -95,6 +99,8 @@ def test_draws_reach_shapes_and_boundaries_the_hand_made_cases_never_do(tier):
     offered = head_choices(profile)
     assert seen["head_dim"] == {d for heads in offered for d in heads.head_dims}
     assert seen["gqa"] == {ratio for heads in offered for ratio in heads.gqa_ratios}
+    shards = {(shard.family, *dict(shard.fields).values()) for shard in profile.family_shards}
+    assert seen["shard"] and seen["shard"] <= shards, (seen["shard"], shards)  # MLA cells are drawn, as served
     assert seen["page_size"] == set(profile.page_sizes)
     assert seen["host_mirrors"] == {"full", "gpu_only", "none"}
     assert seen["kv_layout"] == {"contiguous", "shuffled", "interleaved", "non_monotonic"}
@@ -233,6 +239,20 @@ def test_a_failure_shrinks_to_the_smallest_case_failing_the_same_way(tmp_path):
     assert shrunk.rerun == (f"pytest 'harness/test_cases.py::test_cell[{cell.cell_id}]' --replay some-bug "
                             f"--cases-dir {tmp_path / 'reproducers'}")
     assert "Rerun: " + shrunk.rerun in shrunk.case_file.read_text()
+
+
+def test_a_failing_mla_cell_shrinks_to_an_mla_case(tmp_path):
+    """A bug both families meet (the fake one fails every family's gpu-only batch of two) shrinks within
+    the failing cell's family: an MLA cell's reproducer is an MLA case file, never a dense one."""
+    profile = PROFILES["cpu"]
+    failing = next(g for g in generated_tier(profile, 0, 60)
+                   if g.case.spec.model and g.case.spec.bs >= 2 and g.case.spec.host_mirrors != "full")
+    executor = FakeExecutor()
+    shrunk = shrink(failing, executor.run(failing.draw.drawn), profile, 0, [], tmp_path / "reproducers", 60,
+                    executor)
+    (case,) = load_case_file(shrunk.case_file)
+    assert (case.spec.family, case.spec.model, case.spec.backends) == ("mla", "deepseek-v2-lite", ["triton_mla"])
+    assert (case.spec.bs, case.spec.host_mirrors) == (2, "gpu_only")
 
 
 def test_a_candidate_that_kills_or_stalls_the_worker_is_crashed_or_timed_out():
