@@ -8,7 +8,7 @@ loads paged K/V by TMA, whole pages, when the page size is a multiple of its key
 seqlen_q * (heads / kv_heads) exceeds its query tile (get_pagedkv_tma); cp.async otherwise, which
 zero-fills rows past seqlen_k. On the TMA path those rows (the rest of the request's last page) get
 P = 0, and 0 x NaN = NaN: a NaN or Inf left in that tail (by an earlier request; here the pool's
-unwritten slots are NaN on purpose) reaches every query head. 16 heads (TP8) take cp.async and pass.
+unwritten slots are NaN on purpose) reaches every query head. At 16 heads (TP8) the same verify passes.
 
     python repro.py          # exit 1: the bug shows; exit 0: it does not (needs a Hopper GPU)
 """
