@@ -424,9 +424,9 @@ def mla_draft_step_problems(backend, pools: MlaPools, batch, committed: list[int
         chain = worst_error(out, q, pools, [(r, list(range(n + step + 1))) for r, n in enumerate(committed)])
         prefix = worst_error(out, q, pools, [(r, list(range(n))) for r, n in enumerate(committed)])
         if not chain <= TOLERANCE[shape.dtype]:
-            problems.add(f"{path}: draft step {step} (committed {committed}): off by {chain:.3g} from attention over the "
-                         f"prefix and the chain's tokens 0..{step}; within {prefix:.3g} of attention over the "
-                         f"prefix alone")
+            problems.add(f"{path}: draft step {step} (committed {committed}): off by {chain:.3g} from attention "
+                         f"over the prefix and the chain's tokens 0..{step}; within {prefix:.3g} of attention over "
+                         f"the prefix alone")
 
 
 def mla_chain_draft(draft_backend_class, attention_backend: str, shape: MlaShape, committed: list[int],

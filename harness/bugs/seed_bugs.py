@@ -441,12 +441,6 @@ FLASHINFER_GRAPH_WORKSPACE = (
 )
 
 
-# findings/spec-reserve-past-req-to-token-row: every speculative decode step reserves
-# committed + get_alloc_reserve_per_decode() columns of a request's req_to_token row (the double buffer
-# eagle_prepare_for_decode and DFlash's prepare_for_decode allocate), at every page size, but
-# get_req_to_token_extra_context_len widens the row for it only at page size > 1: at page size 1 a tree
-# (2 x topk x num_steps > 8 + num_draft_tokens) near the context writes its reserved slots into the next
-# row. Apply the reserve at every page size (upstream would drop the condition).
 # findings/flashmla-draft-attends-prefix-only: FlashMLAMultiStepDraftBackend runs every draft step's
 # FlashMLABackend as a plain DECODE over seq_lens, the committed prefix, which the draft worker never
 # moves between steps: step i attends the prefix but not the chain's tokens 0..i. Each step's backend
@@ -455,18 +449,29 @@ FLASHINFER_GRAPH_WORKSPACE = (
 # cache_seqlens (an add on the graph's static seq_lens, so replays follow it).
 _FLASHMLA = "sglang.srt.layers.attention.flashmla_backend"
 _DRAFT_STEP_LENS = "self.draft_step_lens"
+
+
+def _declare_draft_step_lens(module: str, owner: str, after: str) -> SourcePatch:
+    """``owner.__init__`` gets ``draft_step_lens = 0`` after its line ``after``: the keys a multi-step
+    draft step sees past seq_lens (its chain's tokens), 0 outside a draft."""
+    return SourcePatch(module, owner, "__init__", ((after, f"{after}\n# Keys a multi-step draft step sees past "
+                                                          f"seq_lens (its chain's tokens): 0 outside a draft.\n"
+                                                          f"{_DRAFT_STEP_LENS} = 0"),))
+
+
+def _number_draft_steps(module: str, owner: str, append: str) -> SourcePatch:
+    """The multi-step draft backend ``owner`` tells step i's backend it sees i + 1 chain tokens, right after
+    ``append`` (its call appending that backend, as sglang formats it: the formatting is kept)."""
+    numbered = f"{append}\nself.attn_backends[i].draft_step_lens = i + 1"
+    return SourcePatch(module, owner, "__init__", ((append, numbered),))
+
+
 FLASHMLA_DRAFT_STEP_LENS = (
-    SourcePatch(_FLASHMLA, "FlashMLABackend", "__init__", ((
-        "self.dcp_world_size = get_parallel().attn_dcp_size",
-        "self.dcp_world_size = get_parallel().attn_dcp_size\n"
-        "# Keys a multi-step draft step sees past seq_lens (its chain's tokens): 0 outside a draft.\n"
-        f"{_DRAFT_STEP_LENS} = 0"),)),
-    SourcePatch(_FLASHMLA, "FlashMLAMultiStepDraftBackend", "__init__", ((
-        "self.attn_backends.append( FlashMLABackend( model_runner, skip_prefill=True, "
-        "kv_indptr_buf=self.kv_indptr[i], kv_last_page_len_buf=None, ) )",
-        "self.attn_backends.append(\n    FlashMLABackend(\n        model_runner,\n        skip_prefill=True,\n"
-        "        kv_indptr_buf=self.kv_indptr[i],\n        kv_last_page_len_buf=None,\n    )\n)\n"
-        "self.attn_backends[i].draft_step_lens = i + 1"),)),
+    _declare_draft_step_lens(_FLASHMLA, "FlashMLABackend", "self.dcp_world_size = get_parallel().attn_dcp_size"),
+    _number_draft_steps(_FLASHMLA, "FlashMLAMultiStepDraftBackend",
+                        "self.attn_backends.append(\n    FlashMLABackend(\n        model_runner,\n"
+                        "        skip_prefill=True,\n        kv_indptr_buf=self.kv_indptr[i],\n"
+                        "        kv_last_page_len_buf=None,\n    )\n)"),
     SourcePatch(_FLASHMLA, "FlashMLABackend", "init_forward_metadata", (
         Swap("max_seqlen_pad = triton.cdiv(eager_max_k, PAGE_SIZE)", "eager_max_k",
              f"eager_max_k + {_DRAFT_STEP_LENS}"),
@@ -498,18 +503,12 @@ FLASHMLA_DRAFT_STEP_LENS = (
 # (each step's backend learns them, i + 1; 0 outside a draft).
 _FI_MLA = "sglang.srt.layers.attention.flashinfer_mla_backend"
 FLASHINFER_MLA_DRAFT_STEP_KV = (
-    SourcePatch(_FI_MLA, "FlashInferMLAAttnBackend", "__init__", ((
-        "self.token_to_kv_pool = model_runner.token_to_kv_pool",
-        "self.token_to_kv_pool = model_runner.token_to_kv_pool\n"
-        "# Keys a multi-step draft step sees past seq_lens (its chain's tokens): 0 outside a draft.\n"
-        f"{_DRAFT_STEP_LENS} = 0"),)),
-    SourcePatch(_FI_MLA, "FlashInferMLAMultiStepDraftBackend", "__init__", ((
-        "self.attn_backends.append( FlashInferMLAAttnBackend( model_runner, skip_prefill=True, "
-        "kv_indptr_buf=self.kv_indptr[i], q_indptr_decode_buf=self.q_indptr_decode, ) )",
-        "self.attn_backends.append(\n    FlashInferMLAAttnBackend(\n        model_runner,\n"
-        "        skip_prefill=True,\n        kv_indptr_buf=self.kv_indptr[i],\n"
-        "        q_indptr_decode_buf=self.q_indptr_decode,\n    )\n)\n"
-        "self.attn_backends[i].draft_step_lens = i + 1"),)),
+    _declare_draft_step_lens(_FI_MLA, "FlashInferMLAAttnBackend",
+                             "self.token_to_kv_pool = model_runner.token_to_kv_pool"),
+    _number_draft_steps(_FI_MLA, "FlashInferMLAMultiStepDraftBackend",
+                        "self.attn_backends.append(\n    FlashInferMLAAttnBackend(\n        model_runner,\n"
+                        "        skip_prefill=True,\n        kv_indptr_buf=self.kv_indptr[i],\n"
+                        "        q_indptr_decode_buf=self.q_indptr_decode,\n    )\n)"),
     SourcePatch(_FI_MLA, "FlashInferMLAAttnBackend", "init_forward_metadata", ((
         "decode_wrapper=self.decode_wrapper, init_metadata_replay=False,",
         "decode_wrapper=self.decode_wrapper,\ninit_metadata_replay=False,\n"
@@ -520,6 +519,12 @@ FLASHINFER_MLA_DRAFT_STEP_KV = (
 )
 
 
+# findings/spec-reserve-past-req-to-token-row: every speculative decode step reserves
+# committed + get_alloc_reserve_per_decode() columns of a request's req_to_token row (the double buffer
+# eagle_prepare_for_decode and DFlash's prepare_for_decode allocate), at every page size, but
+# get_req_to_token_extra_context_len widens the row for it only at page size > 1: at page size 1 a tree
+# (2 x topk x num_steps > 8 + num_draft_tokens) near the context writes its reserved slots into the next
+# row. Apply the reserve at every page size (upstream would drop the condition).
 _ALLOCATION_SIZING = "sglang.srt.mem_cache.allocation_sizing"
 SPEC_RESERVE_ROW_WIDTH = (
     SourcePatch(_ALLOCATION_SIZING, "", "get_req_to_token_extra_context_len", (

@@ -24,10 +24,10 @@ PACKETS = slugs()
 def test_every_packet_is_a_folder_with_its_parts():
     assert len(PACKETS) >= 9
     for slug in PACKETS:
-        load(slug)
-        parts = {"README.md", "repro.py", "finding.yaml"} | ({"fix.diff"} if load(slug).fix else set())
+        finding = load(slug)
+        parts = {"README.md", "repro.py", "finding.yaml"} | ({"fix.diff"} if finding.fix else set())
         assert parts <= {p.name for p in (FINDINGS_DIR / slug).iterdir()}
-        assert load(slug).fix or not (FINDINGS_DIR / slug / "fix.diff").exists(), f"{slug}: a fix.diff no fix names"
+        assert finding.fix or not (FINDINGS_DIR / slug / "fix.diff").exists(), f"{slug}: a fix.diff no fix names"
 
 
 BROKEN_PACKETS = {
