@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import difflib
 import inspect
+import linecache
 import re
 import sys
 import textwrap
@@ -86,7 +87,9 @@ def patch_source(owner, name: str, replacements: list) -> None:
     module = sys.modules[function.__module__]
     if inspect.isclass(owner):
         source = f"def _bind(__class__):\n{textwrap.indent(source, '    ')}\n    return {name}\n"
-    exec(compile(source, f"<patched {owner.__name__}.{name}>", "exec"), module.__dict__, namespace)
+    filename = f"<patched {owner.__name__}.{name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show its lines
+    exec(compile(source, filename, "exec"), module.__dict__, namespace)
     patched = namespace["_bind"](owner) if inspect.isclass(owner) else namespace[name]
     patched.__dict__.update(function.__dict__)  # state kept on the function (FA4's compile caches)
     setattr(owner, name, patched)

@@ -26,6 +26,7 @@ from harness.families import BACKENDS
 from harness.fixtures.pools import StepInputs
 from harness.checks.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
 from harness.checks.guards import Guards
+from harness.checks.host_sync import sync_free
 from harness.checks.invariants import check_backend, check_graph_capacity
 from harness.modes.base import SpecMode
 from harness.runners.padding import HOST_FIELDS, PADDED_ROW, ROW_FIELDS, padded_batch
@@ -40,6 +41,7 @@ class GraphPlan:
     context_len: int
     multi_step: bool  # draft decode: one kv_indices row per step, topk branches per request
     tokens_per_request: int  # query tokens each request brings (SpecMode.tokens_per_request)
+    sync_free: bool = False  # metadata hooks under the host-sync guard (harness/checks/host_sync.py)
 
 
 def fill_value(backend) -> int:
@@ -100,7 +102,8 @@ class CapturedGraph:
         return static
 
     def _run_once(self) -> list[torch.Tensor]:
-        self.backend.init_forward_metadata_in_graph(self.static)
+        with sync_free(self.plan.sync_free, "init_forward_metadata_in_graph"):
+            self.backend.init_forward_metadata_in_graph(self.static)
         outputs = []
         for i, (step_backend, view) in enumerate(self.mode.step_views(self.backend, self.static)):
             view._attn_output = self.out_buffers[i]
@@ -109,7 +112,8 @@ class CapturedGraph:
         return outputs
 
     def capture(self) -> None:
-        self.backend.init_forward_metadata_out_graph(self.static, in_capture=True)
+        with sync_free(self.plan.sync_free, "capture init_forward_metadata_out_graph"):
+            self.backend.init_forward_metadata_out_graph(self.static, in_capture=True)
         check_backend(self.backend, "capture init_forward_metadata_out_graph", self.guards.capacity)
         if self.plan.capture:
             for _ in range(2):  # sglang warms up twice before capturing
@@ -140,7 +144,8 @@ class CapturedGraph:
                     static_t.zero_()
                     static_t[:n].copy_(real_t)
             self.out_buffers[i].fill_(float("nan"))
-        self.backend.init_forward_metadata_out_graph(self.static)
+        with sync_free(self.plan.sync_free, f"{label} init_forward_metadata_out_graph"):
+            self.backend.init_forward_metadata_out_graph(self.static)
         check_backend(self.backend, f"{label} init_forward_metadata_out_graph (padded to {self.plan.capture_bs})",
                       self.guards.capacity)
         if self.plan.capture:
