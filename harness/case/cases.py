@@ -393,6 +393,9 @@ def _family_problem(mode_name: str, spec: CaseSpec) -> str | None:
     return family.validate(spec)
 
 
+_DRAFT_WINDOW_MODES = [name for name, mode in MODES.items() if mode.takes_draft_window or mode.compact_draft_cache]
+
+
 def spec_problem(mode_name: str, spec: CaseSpec) -> tuple[str, str] | None:
     """(field, what is wrong) when a valid spec is no case of its mode or no machine can serve it.
 
@@ -400,8 +403,8 @@ def spec_problem(mode_name: str, spec: CaseSpec) -> tuple[str, str] | None:
     """
     mode = MODES[mode_name]
     problem = _family_problem(mode_name, spec) or mode.validate(spec) or (
-        None if mode.takes_draft_window or not (spec.draft_window or spec.draft_sink) else
-        f"draft_window: only draft_decode takes draft_window / draft_sink, not {mode_name}")
+        None if mode.takes_draft_window or mode.compact_draft_cache or not (spec.draft_window or spec.draft_sink)
+        else f"draft_window: only {', '.join(_DRAFT_WINDOW_MODES)} take draft_window / draft_sink, not {mode_name}")
     return tuple(problem.partition(": ")[::2]) if problem else case_limits.case_problem(mode, spec)
 
 

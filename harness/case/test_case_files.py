@@ -149,12 +149,16 @@ EXPECTED_ERRORS = {
     "draft_decode_one_step.yaml": ["field 'num_steps'", "needs num_steps >= 2"],
     "draft_decode_prefix_zero.yaml": ["case 'c'", "field 'prefix_lens'", "item 2 is 0, a length production never "
                                       "reaches in draft decode", "give every request a prefix >= 1"],
-    "draft_window_in_verify.yaml": ["field 'draft_window'", "only draft_decode takes draft_window"],
+    "draft_window_in_verify.yaml": ["field 'draft_window'", "only dflash_draft, draft_decode take draft_window"],
     "draft_sink_without_window.yaml": ["field 'draft_sink'", "only with a draft_window"],
     "draft_window_too_large.yaml": ["field 'draft_window'", "1,000,000 is over 131,072"],
     "ngram_with_topk.yaml": ["field 'topk'", "topk does not apply, leave it at 1"],
     "dflash_with_topk.yaml": ["field 'topk'", "DFlash verifies a chain", "leave topk at 1"],
     "dflash_without_mirrors.yaml": ["field 'host_mirrors'", "'none' is no state it produces"],
+    "dflash_compact_prefix_too_long.yaml": ["case 'c'", "field 'prefix_lens'", "item 2 (9) is longer than a compact "
+                                            "draft row keeps whole (8 with draft_window 8", "keep each prefix <= 8"],
+    "dflash_compact_window_below_block.yaml": ["field 'draft_window'", "must be >= --speculative-num-draft-tokens",
+                                               "4 < 8"],
     "frozen_draft_with_window.yaml": ["field 'input_lens'", "topk query rows per request; drop input_lens"],
     "frozen_draft_empty_prefix.yaml": ["field 'prefix_lens'", "at least 1 committed token"],
     # the model's sliding window

@@ -39,6 +39,7 @@ class SpecMode(Protocol):
     forward_mode: str  # sglang's ForwardMode the backend sees (backend limits key on it)
     attn_type: str  # sglang's AttentionType of the layer (ENCODER_ONLY: non-causal, e.g. DFlash's draft)
     takes_draft_window: bool  # draft_window / draft_sink apply (the multi-step draft decode)
+    compact_draft_cache: bool  # draft_window sizes the worker's compact draft KV rows (DFlash's draft)
     windowed: bool  # a case gives input_lens (the window each request brings)
     min_prefix_len: int  # the shortest committed prefix production runs this mode on
     reserves_decode_kv: bool  # its worker's decode step reserves KV past the committed length (scheduler_rules)
@@ -77,6 +78,7 @@ class ModeDefaults:
 
     attn_type = "DECODER"
     takes_draft_window = False
+    compact_draft_cache = False
     windowed = False
     min_prefix_len = 0  # only draft decode (and frozen-KV MTP drafts) shown never to run on an empty prefix
     # eagle_prepare_for_decode's double buffer (EAGLE, NGRAM, frozen-KV MTP); DFlash's modes put their
