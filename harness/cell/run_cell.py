@@ -33,7 +33,7 @@ from harness.cell.cell_matrix import Cell, ReplayBatch, cell_batch, replay_batch
 from harness.checks.compare import HALF_ULP, CellResult, compare
 from harness.modes import MODES
 from harness.modes.base import SpecMode
-from harness.checks.host_sync import sync_free
+from harness.checks.host_sync import UNGUARDED, SyncLog
 from harness.checks.invariants import check_backend, check_row_capacity
 from harness.fixtures.pools import BatchState, StepInputs, build_layout, req_to_token_width
 from harness.base.results import PhaseClock
@@ -70,11 +70,12 @@ def _check_host_mirrors(spec, backend: str, server_args, attn_backend) -> None:
             "(decide_needs_cpu_seq_lens, sglang PR #26128)")
 
 
-def promises_sync_free(server_args, attn_backend) -> bool:
-    """Does sglang's scheduler run this backend without host lengths (so its metadata hooks must not
-    sync), on a device that can sync? Asked of sglang (decide_needs_cpu_seq_lens), as the GPU-only
-    variant is."""
-    return platform.HAS_GPU and not scheduler_keeps_host_mirrors(server_args, [attn_backend, None])
+def promises_sync_free(spec: CaseSpec, server_args, attn_backend) -> bool:
+    """Does sglang's scheduler run this backend without host lengths (so its per-step metadata hooks
+    must not sync), in a state production reaches, on a device that can sync? Asked of sglang
+    (decide_needs_cpu_seq_lens), as the GPU-only variant is."""
+    return (platform.HAS_GPU and spec.host_mirrors != "none"
+            and not scheduler_keeps_host_mirrors(server_args, [attn_backend, None]))
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class PreparedCell:
     batches: list[_Batch]  # in run order: a graph cell's replay order, else the cell's batch alone
     context_len: int
     attend: Attend  # one forward of the backend, as the family's model hands it Q/K/V
-    sync_free: bool  # its metadata hooks run under the host-sync guard (harness/checks/host_sync.py)
+    sync_log: SyncLog  # the host syncs its per-step metadata hooks made (harness/checks/host_sync.py)
 
     @property
     def own(self) -> _Batch:
@@ -249,10 +250,10 @@ def replay_all(prepared: PreparedCell, clock: PhaseClock) -> tuple[dict, list[tu
     plan = GraphPlan(backend=cell.backend, capture_bs=cell.capture_bs * mode.rows_per_request(first),
                      capture=RUNNER_FORMS[cell.runner].captures,
                      topk=first.topk, context_len=prepared.context_len, multi_step=mode.backend_role == "draft_multi_step",
-                     tokens_per_request=mode.tokens_per_request(first), sync_free=prepared.sync_free)
+                     tokens_per_request=mode.tokens_per_request(first))
     with clock.phase("capture"):
         graph = CapturedGraph(mode, prepared.backend, prepared.layer, plan, batches[0].forward_batch, batches[0].inputs,
-                              prepared.attend)
+                              prepared.attend, prepared.sync_log)
         graph.capture()
     comparisons, replays, previous = {}, [], None
     for number, batch in enumerate(batches, start=1):
@@ -268,13 +269,13 @@ def replay_all(prepared: PreparedCell, clock: PhaseClock) -> tuple[dict, list[tu
 
 
 def run_eager(mode: SpecMode, backend, forward_batch, step_inputs: list[StepInputs], layer, attend: Attend,
-              guard_syncs: bool = False) -> list:
-    """The eager form: init metadata once (under the host-sync guard when ``guard_syncs``), then one
-    backend forward per step, as the workers do.
+              sync_log: SyncLog = UNGUARDED) -> list:
+    """The eager form: init metadata once (its host syncs into ``sync_log``), then one backend forward
+    per step, as the workers do.
 
     Returns each step's output [tokens, heads * head_dim].
     """
-    with sync_free(guard_syncs, "eager init_forward_metadata"):
+    with sync_log.guard("eager init_forward_metadata"):
         backend.init_forward_metadata(forward_batch)
     check_backend(backend, "eager init_forward_metadata")
     outputs = []
@@ -317,7 +318,7 @@ def prepared_cell(cell: Cell, clock: PhaseClock) -> Iterator[PreparedCell]:
                 prepared[id(run)] = _Batch(run, steps, inputs, mode.forward_batch(state, steps), state)
         yield PreparedCell(cell, mode, attn_backend, layer, [prepared[id(run)] for run in runs],
                            states[0].pools.context_len, functools.partial(family.forward, entry.server_arg),
-                           promises_sync_free(server_args, attn_backend))
+                           SyncLog(promises_sync_free(spec, server_args, attn_backend)))
 
 
 def run_cell(cell: Cell) -> CellResult:
@@ -332,7 +333,7 @@ def run_cell(cell: Cell) -> CellResult:
         comparisons, replays = replay_all(prepared, clock) if graph else ({}, [])
         with clock.phase("eager"):
             eager = run_eager(prepared.mode, prepared.backend, mine.forward_batch, mine.inputs, prepared.layer,
-                              prepared.attend, prepared.sync_free)
+                              prepared.attend, prepared.sync_log)
     with clock.phase("compare"):
         eager_split = _partial_split(cell, graph=False)
         comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine, (eager_split,)))
@@ -341,4 +342,7 @@ def run_cell(cell: Cell) -> CellResult:
             eager64 = [out.reshape(want.shape).to(torch.float64) for out, want in zip(eager, mine.expected)]
             comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine,
                                               (_partial_split(cell, graph=True), eager_split)))
-    return CellResult(comparisons, clock.rounded())
+    result = CellResult(comparisons, clock.rounded())
+    if result.ok:  # a wrong number is the louder finding; the syncs it hides show in cells that pass
+        prepared.sync_log.check()
+    return result

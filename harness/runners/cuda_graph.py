@@ -26,7 +26,7 @@ from harness.families import BACKENDS
 from harness.fixtures.pools import StepInputs
 from harness.checks.graph_buffers import check_declared, guard_graph_buffers, reachable_memory
 from harness.checks.guards import Guards
-from harness.checks.host_sync import sync_free
+from harness.checks.host_sync import UNGUARDED, SyncLog
 from harness.checks.invariants import check_backend, check_graph_capacity
 from harness.modes.base import SpecMode
 from harness.runners.padding import HOST_FIELDS, PADDED_ROW, ROW_FIELDS, padded_batch
@@ -41,7 +41,6 @@ class GraphPlan:
     context_len: int
     multi_step: bool  # draft decode: one kv_indices row per step, topk branches per request
     tokens_per_request: int  # query tokens each request brings (SpecMode.tokens_per_request)
-    sync_free: bool = False  # metadata hooks under the host-sync guard (harness/checks/host_sync.py)
 
 
 def fill_value(backend) -> int:
@@ -53,11 +52,14 @@ def fill_value(backend) -> int:
 class CapturedGraph:
     """One backend's graph state, captured once; ``replay`` runs it on any batch that fits."""
 
-    def __init__(self, mode: SpecMode, backend, layer, plan: GraphPlan, template, inputs: list[StepInputs], attend):
+    def __init__(self, mode: SpecMode, backend, layer, plan: GraphPlan, template, inputs: list[StepInputs], attend,
+                 sync_log: SyncLog = UNGUARDED):
         """``template``: a real batch (its fields and spec_info shape the static batch);
         ``inputs``: its step inputs (their shapes, the static Q/K/V's); ``attend``: one forward as the
-        family's model calls the backend (AttentionFamily.forward)."""
+        family's model calls the backend (AttentionFamily.forward); ``sync_log``: where each replay's
+        metadata init records its host syncs."""
         self.mode, self.backend, self.layer, self.plan, self.attend = mode, backend, layer, plan, attend
+        self.sync_log = sync_log
         self.fill = fill_value(backend)
         self.static = self._capture_batch(template)
         rows = plan.capture_bs * plan.tokens_per_request
@@ -102,8 +104,7 @@ class CapturedGraph:
         return static
 
     def _run_once(self) -> list[torch.Tensor]:
-        with sync_free(self.plan.sync_free, "init_forward_metadata_in_graph"):
-            self.backend.init_forward_metadata_in_graph(self.static)
+        self.backend.init_forward_metadata_in_graph(self.static)
         outputs = []
         for i, (step_backend, view) in enumerate(self.mode.step_views(self.backend, self.static)):
             view._attn_output = self.out_buffers[i]
@@ -112,8 +113,7 @@ class CapturedGraph:
         return outputs
 
     def capture(self) -> None:
-        with sync_free(self.plan.sync_free, "capture init_forward_metadata_out_graph"):
-            self.backend.init_forward_metadata_out_graph(self.static, in_capture=True)
+        self.backend.init_forward_metadata_out_graph(self.static, in_capture=True)
         check_backend(self.backend, "capture init_forward_metadata_out_graph", self.guards.capacity)
         if self.plan.capture:
             for _ in range(2):  # sglang warms up twice before capturing
@@ -144,7 +144,7 @@ class CapturedGraph:
                     static_t.zero_()
                     static_t[:n].copy_(real_t)
             self.out_buffers[i].fill_(float("nan"))
-        with sync_free(self.plan.sync_free, f"{label} init_forward_metadata_out_graph"):
+        with self.sync_log.guard(f"{label} init_forward_metadata_out_graph"):
             self.backend.init_forward_metadata_out_graph(self.static)
         check_backend(self.backend, f"{label} init_forward_metadata_out_graph (padded to {self.plan.capture_bs})",
                       self.guards.capacity)
