@@ -335,6 +335,18 @@ TRITON_KV_PAST_CONTEXT = (
 )
 
 
+# findings/triton-swa-eager-host-sync: the eager window indices are sized by window_kv_indptr[-1], a device
+# scalar, so every eager metadata init of a window layer waits on the GPU in a backend that promises not
+# to; a window holds at most sliding_window_size keys a request, so bs x sliding_window_size bounds them
+# on the host (the index build writes by window_kv_indptr, whatever the buffer's length).
+TRITON_SWA_WINDOW_BOUND = (
+    SourcePatch(_TRITON, "", "update_sliding_window_buffer", (
+        Swap("window_kv_indices = torch.empty( window_kv_indptr[-1],", "window_kv_indptr[-1]",
+             "bs * sliding_window_size"),
+    )),
+)
+
+
 # findings/flashinfer-draft-kv-past-context: FlashInfer's multi-step draft sizes each
 # step's kv_indices row bs x topk x max_context_len, eager and CUDA graph, but a draft step reads a
 # request's committed KV plus the draft tokens, which at the context wall run into the req_to_token
@@ -592,6 +604,10 @@ PATCHES = {patch.patch_id: patch for patch in (
           "TritonAttnBackend sizes the GPU-only eager kv_indices and the CUDA-graph verify mask by the "
           "req_to_token row width, not max_context_len", _apply_all(TRITON_KV_PAST_CONTEXT),
           "past-context and triton", kind=FIX, source=TRITON_KV_PAST_CONTEXT),
+    Patch("triton-swa-window-bound", "findings/triton-swa-eager-host-sync",
+          "Triton sizes the eager sliding-window kv_indices by bs x sliding_window_size, a host bound, not by "
+          "the device scalar window_kv_indptr[-1]", _apply_all(TRITON_SWA_WINDOW_BOUND),
+          "triton and swa and not draft_decode", kind=FIX, source=TRITON_SWA_WINDOW_BOUND),
     Patch("flashinfer-draft-kv-past-context", "findings/flashinfer-draft-kv-past-context",
           "FlashInfer's multi-step draft sizes its kv_indices rows by the req_to_token row width, not "
           "max_context_len, eager and CUDA graph", _apply_all(FLASHINFER_DRAFT_KV_PAST_CONTEXT),

@@ -69,7 +69,7 @@ def test_a_reproducer_needs_no_harness(slug):
     tree = ast.parse((FINDINGS_DIR / slug / "repro.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported <= {"sys", "copy", "pathlib", "types", "torch", "sglang", "flashinfer", "sglang_standin"}, imported
+    assert imported <= {"sys", "copy", "pathlib", "traceback", "types", "torch", "sglang", "flashinfer", "sglang_standin"}, imported
 
 
 def test_the_stand_in_needs_no_harness():

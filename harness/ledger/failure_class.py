@@ -26,12 +26,14 @@ FAILURE_CLASSES = {
     "nan": "NaN in the output where the reference has a number",
     "invariant": "a metadata invariant or the graph-buffer capacity check fired (InvariantViolation)",
     "canary": "memory behind a guarded buffer changed: an out-of-bounds write (CanaryTripped)",
+    "host-sync": "a per-step metadata hook sglang runs without host lengths waited on the GPU (HostSyncViolation)",
     "error": "another exception, raised by sglang or the harness while the cell ran",
     "crash": "the process died, or its device context is poisoned (illegal memory access, device-side assert)",
 }
 MEASURED = ("census-only", "numeric")  # classes whose failures have a size: max_abs_err
+GPU_ONLY = ("host-sync",)  # classes whose detector runs on a GPU alone (a CPU has no device to wait on)
 # Exceptions of the harness's detectors, whose message reads "<where>: <rule>"; the rule is the detail.
-DETECTORS = {"InvariantViolation": "invariant", "CanaryTripped": "canary"}
+DETECTORS = {"InvariantViolation": "invariant", "CanaryTripped": "canary", "HostSyncViolation": "host-sync"}
 # What a poisoned device context says: the process must not run another cell.
 CRASH_MARKERS = ("illegal memory access", "CUDA error", "device-side assert", "unspecified launch failure")
 TIMED_OUT = "timed out"  # a shrink candidate that stalled its worker: no class of the ledger

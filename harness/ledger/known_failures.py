@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from harness import ROOT
+from harness.base import platform
 from harness.case.case_traits import TRAITS
-from harness.ledger.failure_class import FAILURE_CLASSES, MEASURED, Failure
+from harness.ledger.failure_class import FAILURE_CLASSES, GPU_ONLY, MEASURED, Failure
 from harness.bugs.finding_packets import PROJECTS, Finding, FindingError, fixed_release, load_all, tracking_threads
 from harness.base.releases import KNOWN_RELEASES, version_key
 from harness.runners import RUNNER_NAMES as RUNNERS
@@ -198,6 +199,11 @@ class KnownFailure:
             and (_any_match(self.cases, cell["cell_id"]) or _any_match(self.cases, cell["case"]))
             and set(self.traits) <= set(cell.get("traits") or ())
         )
+
+    def judgeable_here(self) -> bool:
+        """Can this machine see the failure? Not where every class of the signature is a GPU
+        detector's and there is no GPU: a cell passing there says nothing of the bug."""
+        return platform.HAS_GPU or not set(self.failure_classes) <= set(GPU_ONLY)
 
     def in_release(self, release: str | None = None) -> bool:
         """Whether the bug is in ``release`` (contracts; default the installed sglang's)."""
@@ -543,7 +549,8 @@ def stale(entries: Iterable[KnownFailure], cells: Iterable[Mapping], release: st
           unjudged_runners: Iterable[str] = (), left_out_known: Iterable[str] = ()) -> list[KnownFailure]:
     """Entries that select none of ``cells``, the cells of a run of the whole matrix (collected, whatever
     became of them): fixed and removed, renamed, or mistyped. An entry whose cells were collected and
-    skipped here (a GPU entry on a CPU) is not stale: this machine cannot judge it. Nor is an entry for
+    skipped here (a GPU entry on a CPU) is not stale: this machine cannot judge it, nor an entry whose
+    failure only a GPU's detector sees (KnownFailure.judgeable_here) on a CPU. Nor is an entry for
     other releases than the run's (``release``, default the installed one), one for generated cases alone
     in a run without a generated tier, or one for hand-made cases in a run of the generated tier alone.
     Nor is an entry for runner forms the run left out for its machine alone (``unjudged_runners``: the
@@ -558,6 +565,7 @@ def stale(entries: Iterable[KnownFailure], cells: Iterable[Mapping], release: st
     drawn = [cell["case"].startswith(GENERATED_CASES) for cell in cells]
     generated_run, hand_run = any(drawn), not all(drawn)
     return [entry for entry in entries
-            if entry.in_release(release) and (generated_run if entry.selects_generated_only else hand_run)
+            if entry.in_release(release) and entry.judgeable_here()
+            and (generated_run if entry.selects_generated_only else hand_run)
             and not unjudged.issuperset(entry.runner) and entry.id not in present
             and not any(entry.matches(cell, release) for cell in cells)]

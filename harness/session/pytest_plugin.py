@@ -234,7 +234,7 @@ def pytest_collection_modifyitems(config, items):
         if reason:  # known from data: decided here, so the cell never reaches its test body
             item.add_marker(pytest.mark.skip(reason=reason))
         entry = match(config._attn_known, cell.record_keys())
-        if entry is not None:
+        if entry is not None and entry.judgeable_here():
             item.user_properties.append(("known_failure", entry.id))
             item.add_marker(pytest.mark.xfail(reason=entry.xfail_reason, strict=True, raises=InsideSignature))
 
