@@ -332,3 +332,18 @@ def test_an_entry_for_a_form_the_machine_left_out_is_not_judged_by_its_run(tmp_p
     runs = [{"run_id": "r", "left_out": [{"kind": LEFT_OUT_HERE, "why": "-", "backend": "fa4", "runner": "cg_meta",
                                           "cells": 4}]}]
     assert stale_section([{**cell(runner="eager"), "status": "passed"}], [entry], runs)[-1] == "None."
+
+
+@pytest.mark.parametrize("has_gpu", [False, True])
+def test_an_entry_only_a_gpu_detector_sees_stands_aside_on_a_cpu(tmp_path, monkeypatch, has_gpu):
+    """A host-sync entry's cells pass on a CPU (no device to wait on): there they are neither its
+    expected failures nor evidence that it is stale; a numeric entry is judged everywhere."""
+    from harness.base import platform
+
+    monkeypatch.setattr(platform, "HAS_GPU", has_gpu)
+    text = ENTRY.replace("- class: numeric\n- max_abs_err: 0.2-0.3, margin x2\n", "- class: host-sync\n")
+    [sync_entry] = load_known_failures(write(tmp_path, text))
+    [numeric_entry] = load_known_failures(write(tmp_path, ENTRY))
+    assert sync_entry.judgeable_here() is has_gpu and numeric_entry.judgeable_here()
+    other = cell(cell_id="x-fa3-eager", case="x", backend="fa3", runner="eager")
+    assert stale([sync_entry], [other]) == ([sync_entry] if has_gpu else [])
