@@ -32,6 +32,7 @@ FAILURE_CLASSES = {
 }
 MEASURED = ("census-only", "numeric")  # classes whose failures have a size: max_abs_err
 GPU_ONLY = ("host-sync",)  # classes whose detector runs on a GPU alone (a CPU has no device to wait on)
+AFTER_NUMBERS = ("host-sync",)  # classes a cell fails with only once its numbers have passed
 # Exceptions of the harness's detectors, whose message reads "<where>: <rule>"; the rule is the detail.
 DETECTORS = {"InvariantViolation": "invariant", "CanaryTripped": "canary", "HostSyncViolation": "host-sync"}
 # What a poisoned device context says: the process must not run another cell.

@@ -26,7 +26,7 @@ from typing import Iterable, Mapping
 from harness import ROOT
 from harness.base import platform
 from harness.case.case_traits import TRAITS
-from harness.ledger.failure_class import FAILURE_CLASSES, GPU_ONLY, MEASURED, Failure
+from harness.ledger.failure_class import AFTER_NUMBERS, FAILURE_CLASSES, GPU_ONLY, MEASURED, Failure
 from harness.bugs.finding_packets import PROJECTS, Finding, FindingError, fixed_release, load_all, tracking_threads
 from harness.base.releases import KNOWN_RELEASES, version_key
 from harness.runners import RUNNER_NAMES as RUNNERS
@@ -199,6 +199,12 @@ class KnownFailure:
             and (_any_match(self.cases, cell["cell_id"]) or _any_match(self.cases, cell["case"]))
             and set(self.traits) <= set(cell.get("traits") or ())
         )
+
+    @property
+    def masks_numbers(self) -> bool:
+        """Does a covered cell fail before its numbers say anything? Not for a failure it shows only once
+        they pass (host-sync): the generated tier still draws such cells (harness/search/generated.py)."""
+        return not set(self.failure_classes) <= set(AFTER_NUMBERS)
 
     def judgeable_here(self) -> bool:
         """Can this machine see the failure? Not where every class of the signature is a GPU

@@ -345,5 +345,6 @@ def test_an_entry_only_a_gpu_detector_sees_stands_aside_on_a_cpu(tmp_path, monke
     [sync_entry] = load_known_failures(write(tmp_path, text))
     [numeric_entry] = load_known_failures(write(tmp_path, ENTRY))
     assert sync_entry.judgeable_here() is has_gpu and numeric_entry.judgeable_here()
+    assert numeric_entry.masks_numbers and not sync_entry.masks_numbers  # the generated tier still draws its cells
     other = cell(cell_id="x-fa3-eager", case="x", backend="fa3", runner="eager")
     assert stale([sync_entry], [other]) == ([sync_entry] if has_gpu else [])

@@ -144,13 +144,15 @@ def distinct_draws(profile: DrawProfile, seed: int, count: int, known: Sequence 
     ledger's own cells hold a known one to account (their unexpected pass, once the bug is fixed,
     removes the entry, and the tier draws there again). Entries select generated cells by name, e.g.
     `draft_decode-gen*w[0-9]*` for every drawn draft decode with a model window, or by a case trait.
-    ``passed_over`` counts those draws by entry id, so the run can say so (such an entry is not stale).
+    ``passed_over`` counts those draws by entry id, so the run can say so (such an entry is not stale). An
+    entry whose failure shows only after a cell's numbers pass (host-sync) passes no draw over.
     ``processes``: how many passes are drawn at once (seed_passes); the draws are the same for any.
     """
     if known is None:
         from harness.ledger.known_failures import KNOWN_FAILURES_FILE, load_known_failures
 
         known = load_known_failures(KNOWN_FAILURES_FILE)
+    known = [entry for entry in known if entry.masks_numbers]  # a host-sync entry's cells still judge numbers
     kept: dict[tuple, Draw] = {}
     covered: set[tuple] = set()  # draws a known failure covers, each counted once
     # sglang's capture sizes are asked before drawing: importing sglang seeds `random`, which

@@ -135,12 +135,13 @@ def test_draws_reach_the_context_wall(what):
 
 def test_model_windows_are_drawn_at_their_edges_outside_the_known_failures(tier):
     """The model's sliding window: none, the smallest sglang serves (2), at a request's prefix or one off
-    it, past every row; never with a draft window; no draw a KNOWN_FAILURES.md entry covers."""
+    it, past every row; never with a draft window; no draw a KNOWN_FAILURES.md entry covers (but for one
+    the cell shows only once its numbers pass)."""
     from harness.ledger.known_failures import KNOWN_FAILURES_FILE, load_known_failures, match
 
     profile, _ = tier
     generated = generated_tier(profile, 0, 2 * DRAWS)  # MLA draws (no windows) take a share of a tier
-    known, seen = load_known_failures(KNOWN_FAILURES_FILE), set()
+    known, seen = [entry for entry in load_known_failures(KNOWN_FAILURES_FILE) if entry.masks_numbers], set()
     for item in generated:
         spec, (cell,) = item.case.spec, expand_cells([item.case])
         assert not match(known, cell.record_keys()), cell.cell_id
