@@ -392,6 +392,14 @@ def extend_batch(pools: Pools, prefix_lens: list[int], extend_lens: list[int], a
         spec_algorithm=SpeculativeAlgorithm.from_string(algorithm))
 
 
+def forward_kv(pools: Pools, starts: list[int], counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K and V a forward brings, as the model hands them to the backend: request r's rows
+    starts[r] .. starts[r] + counts[r] - 1, requests in batch order, in the pools' dtype."""
+    k, v = (torch.cat([pools.keys(r, range(start, start + count))[i]
+                       for r, (start, count) in enumerate(zip(starts, counts))]) for i in (0, 1))
+    return k.to(pools.shape.dtype), v.to(pools.shape.dtype)
+
+
 def in_window(position: int, rows: range, window: int | None) -> list[int]:
     """The row positions of ``rows`` a query at model ``position`` sees under a sliding window of
     ``window`` (the HF config's: position - key < window), or all of them without one."""

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sglang_standin import (TOLERANCE, Pools, Problems, Shape, attend, chain_verify_batch, eagle_args,  # noqa: E402
+from sglang_standin import (TOLERANCE, Pools, Problems, Shape, attend, chain_verify_batch, forward_kv, eagle_args,  # noqa: E402
                             layer, model_runner, normal, random_kv, server_state, verdict, worst_error)
 
 import torch  # noqa: E402
@@ -55,9 +55,7 @@ def run(version: int, problems: Problems) -> str:
         if table.shape[1] * shape.page_size < needed:
             problems.add(f"fa{version}: the eager page table holds {table.shape[1]} tokens per request; request 0 "
                          f"reads {needed} (committed {COMMITTED[0]} + {DRAFT} draft tokens), context {CONTEXT}")
-        draft_k, draft_v = (torch.cat([pools.keys(r, range(n, n + DRAFT))[i] for r, n in enumerate(COMMITTED)])
-                            for i in (0, 1))
-        out = attend(backend, batch, layer(shape), q, draft_k.to(shape.dtype), draft_v.to(shape.dtype))
+        out = attend(backend, batch, layer(shape), q, *forward_kv(pools, COMMITTED, [DRAFT] * len(COMMITTED)))
         seen = [(r, list(range(n + j + 1))) for r, n in enumerate(COMMITTED) for j in range(DRAFT)]
         worst = worst_error(out, q, pools, seen)
         if not worst <= TOLERANCE[shape.dtype]:

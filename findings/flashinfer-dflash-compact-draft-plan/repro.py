@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sglang_standin import (DEVICE, TOLERANCE, Pools, Problems, Shape, attend, layer, model_runner,  # noqa: E402
+from sglang_standin import (DEVICE, TOLERANCE, Pools, Problems, Shape, attend, forward_kv, layer, model_runner,  # noqa: E402
                             normal, random_kv, server_state, verdict, worst_error)
 
 import torch  # noqa: E402
@@ -60,8 +60,7 @@ def main() -> int:
             spec_algorithm=SpeculativeAlgorithm.from_string("DFLASH"))
         backend.init_forward_metadata_out_graph(batch, in_capture=True)  # installs the fast plan
         q = normal(generator, tokens, shape.num_heads, shape.head_dim, dtype=shape.dtype)
-        k, v = (torch.cat([pools.keys(r, range(n, n + BLOCK))[i] for r, n in enumerate(COMMITTED)]).to(shape.dtype)
-                for i in (0, 1))
+        k, v = forward_kv(pools, COMMITTED, [BLOCK] * len(COMMITTED))
         draft_layer = layer(shape, "ENCODER_ONLY")
         for _ in range(2):  # warm-up, as sglang's runner does
             attend(backend, batch, draft_layer, q, k, v)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sglang_standin import (TOLERANCE, Pools, Problems, Shape, attend, extend_batch, in_window,  # noqa: E402
+from sglang_standin import (TOLERANCE, Pools, Problems, Shape, attend, forward_kv, extend_batch, in_window,  # noqa: E402
                             layer, model_runner, normal, random_kv, server_state, verdict, worst_error)
 
 import torch  # noqa: E402
@@ -42,10 +42,7 @@ def run(name: str, prefix_lens: list[int], extend_lens: list[int], problems: Pro
         batch = extend_batch(pools, prefix_lens, extend_lens)
         backend.init_forward_metadata(batch)
         q = normal(generator, sum(extend_lens), shape.num_heads, shape.head_dim, dtype=shape.dtype)
-        k, v = (torch.cat([pools.keys(r, range(p, p + e))[i] for r, (p, e) in enumerate(zip(prefix_lens,
-                                                                                           extend_lens))])
-                for i in (0, 1))
-        out = attend(backend, batch, layer(shape), q, k.to(shape.dtype), v.to(shape.dtype))
+        out = attend(backend, batch, layer(shape), q, *forward_kv(pools, prefix_lens, extend_lens))
         seen = [(r, in_window(p + j, range(p + j + 1), WINDOW)) for r, (p, e) in enumerate(zip(prefix_lens,
                                                                                              extend_lens))
                 for j in range(e)]

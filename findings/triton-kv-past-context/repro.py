@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sglang_standin import (DEVICE, TOLERANCE, Pools, Shape, attend, chain_verify_batch, eagle_args,  # noqa: E402
+from sglang_standin import (DEVICE, TOLERANCE, Pools, Shape, attend, chain_verify_batch, forward_kv, eagle_args,  # noqa: E402
                             Problems, layer, model_runner, normal, random_kv, server_state, verdict, worst_error)
 
 import torch  # noqa: E402
@@ -50,9 +50,7 @@ def main() -> int:
                          "past the end of the allocation")
         tokens = bs * DRAFT
         q = normal(generator, tokens, shape.num_heads, shape.head_dim, dtype=shape.dtype)
-        draft_k, draft_v = (torch.cat([pools.keys(r, range(n, n + DRAFT))[i] for r, n in enumerate(COMMITTED)])
-                            for i in (0, 1))
-        out = attend(backend, batch, layer(shape), q, draft_k.to(shape.dtype), draft_v.to(shape.dtype))
+        out = attend(backend, batch, layer(shape), q, *forward_kv(pools, COMMITTED, [DRAFT] * len(COMMITTED)))
         worst = worst_error(out, q, pools, [(r, list(range(n + j + 1))) for r, n in enumerate(COMMITTED)
                                             for j in range(DRAFT)])
         if not worst <= TOLERANCE[shape.dtype]:

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sglang_standin import (DEVICE, TOLERANCE, Pools, Problems, Shape, attend, chain_verify_batch,  # noqa: E402
+from sglang_standin import (DEVICE, TOLERANCE, Pools, Problems, Shape, attend, chain_verify_batch, forward_kv,  # noqa: E402
                             eagle_args, in_window, layer, model_runner, normal, random_kv, server_state, verdict,
                             worst_error)
 
@@ -58,9 +58,7 @@ def main() -> int:
         finally:
             torch.cuda.set_sync_debug_mode(0)
         q = normal(generator, len(COMMITTED) * DRAFT, shape.num_heads, shape.head_dim, dtype=shape.dtype)
-        draft_k, draft_v = (torch.cat([pools.keys(r, range(n, n + DRAFT))[i] for r, n in enumerate(COMMITTED)])
-                            for i in (0, 1))
-        out = attend(backend, batch, layer(shape), q, draft_k.to(shape.dtype), draft_v.to(shape.dtype))
+        out = attend(backend, batch, layer(shape), q, *forward_kv(pools, COMMITTED, [DRAFT] * len(COMMITTED)))
         seen = [(r, in_window(n + j, range(n + j + 1), WINDOW)) for r, n in enumerate(COMMITTED) for j in range(DRAFT)]
         worst = worst_error(out, q, pools, seen)
         if not worst <= TOLERANCE[shape.dtype]:
