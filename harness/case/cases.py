@@ -403,8 +403,8 @@ def spec_problem(mode_name: str, spec: CaseSpec) -> tuple[str, str] | None:
     """
     mode = MODES[mode_name]
     problem = _family_problem(mode_name, spec) or mode.validate(spec) or (
-        None if mode.takes_draft_window or mode.compact_draft_cache or not (spec.draft_window or spec.draft_sink)
-        else f"draft_window: only {', '.join(_DRAFT_WINDOW_MODES)} take draft_window / draft_sink, not {mode_name}")
+        None if mode_name in _DRAFT_WINDOW_MODES or not (spec.draft_window or spec.draft_sink) else
+        f"draft_window: only {', '.join(_DRAFT_WINDOW_MODES)} take draft_window / draft_sink, not {mode_name}")
     return tuple(problem.partition(": ")[::2]) if problem else case_limits.case_problem(mode, spec)
 
 

@@ -20,10 +20,11 @@ compact(L) committed tokens, then the block (_rebuild_compact_draft_cache), and 
 seq_lens = compact(L) (_compute_compact_draft_seq_lens: min(L, W), widened to a page boundary on
 pages) with a host bound that does not count the block: min(L, W + page) when page > 1, else
 min(L, W), of the host lengths or of the reservation on the GPU-only path
-(_fill_compact_seq_lens_cpu_bound, "consumers only need an upper bound"). Both functions are
-sglang's, called here, not re-implemented. The harness lays a draft row out as the committed row,
-so a compact case keeps every prefix where compact(L) = L (L <= W, or < W + page on pages); its
-reference then sees the whole prefix and the block, as the compact row does.
+(_fill_compact_seq_lens_cpu_bound, "consumers only need an upper bound"); the host bound is
+sglang's function, called here. The harness lays a draft row out as the committed row, so a compact
+case keeps every prefix where compact(L) = L (L <= W, or < W + page on pages; test_dflash_compact.py
+holds that rule to sglang's _compute_compact_draft_seq_lens); its reference then sees the whole
+prefix and the block, as the compact row does.
 
 Every backend here takes ENCODER_ONLY as non-causal (Triton forward_extend, FlashInfer's paged
 prefill, FA3/FA4 forward_extend: causal = False; torch_native too, but it has no TARGET_VERIFY).
@@ -84,7 +85,7 @@ class DFlashDraft(DFlashVerify):
         block = self.num_draft_tokens(spec)
         sources = (spec.prefix_lens if spec.host_mirrors == "full"
                    else [RESERVED_LEN.value(p, block, spec.page_size) for p in spec.prefix_lens])
-        return _compact_lens(spec, sources, host=True)
+        return _compact_host_bound(spec, sources)
 
     def visible_block(self, token: int, block: int) -> range:
         """The whole block, whatever the token: the draft's layers are non-causal."""
@@ -104,18 +105,16 @@ def compact_keeps_whole(window: int, page_size: int) -> int:
     return window if page_size <= 1 else window + page_size - 1
 
 
-def _compact_lens(spec: CaseSpec, lens: list[int], *, host: bool) -> list[int]:
-    """sglang's compact draft lengths of ``lens``: the device's exact ones, or (``host``) the host bound.
-    Its worker methods read only the window, the page size and the device from the worker."""
+def _compact_host_bound(spec: CaseSpec, lens: list[int]) -> list[int]:
+    """sglang's host bound of the compact draft lengths of ``lens`` (its worker method reads only the
+    window and the page size from the worker). The device lengths need no call: a case keeps them
+    equal to the prefixes (compact_keeps_whole)."""
     from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 
-    worker = SimpleNamespace(draft_window_size=spec.draft_window, page_size=spec.page_size, device="cpu")
-    values = torch.tensor(lens, dtype=torch.int64)
-    if host:
-        out = torch.empty(len(lens), dtype=torch.int32)
-        DFlashWorkerV2._compute_compact_draft_seq_lens_host(worker, values, out=out)
-        return out.tolist()
-    return DFlashWorkerV2._compute_compact_draft_seq_lens(worker, values).tolist()
+    worker = SimpleNamespace(draft_window_size=spec.draft_window, page_size=spec.page_size)
+    out = torch.empty(len(lens), dtype=torch.int32)
+    DFlashWorkerV2._compute_compact_draft_seq_lens_host(worker, torch.tensor(lens, dtype=torch.int64), out=out)
+    return out.tolist()
 
 
 MODE = DFlashDraft()
