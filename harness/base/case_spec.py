@@ -96,6 +96,18 @@ class CaseSpec(BaseModel):
                         "file's top-level 'family', never per case")
     model: str = Field(default="", description="MLA only: the served model whose latent dims and softmax scale "
                        "the layer has (harness/families/mla/models.py); num_heads is its heads on one GPU")
+    deterministic: bool = Field(
+        default=False, description="sglang's --enable-deterministic-inference: the backend runs its batch-invariant "
+        "kernels, so a request's output must not change by a bit with the batch around it (batch_invariance, and "
+        "a graph's replay against eager)")
+    batch_invariance: bool = Field(
+        default=False, description="also run sampled requests alone, and the first half of the batch, on the same "
+        "backend: each request's output must match its output in the whole batch, bitwise under deterministic, "
+        "else within the dtype's tolerance (harness/checks/batch_invariance.py)")
+    first_request: int = Field(
+        default=0, exclude=True, description="not a file's field: the number in its case of a batch's first request, "
+        "for a batch cut from a case (batch_invariance); per-request draws (EAGLE and NGRAM trees) follow it, so "
+        "a request cut out keeps its tree")
 
     @model_validator(mode="after")
     def _one_window_per_request(self) -> "CaseSpec":

@@ -178,6 +178,7 @@ PHASES = (
     "capture",  # graph forms: init_cuda_graph_state, guards, capture-time metadata, warm-ups, capture
     "replay",  # graph forms: per replayed batch, inputs copied in, replay metadata, the forwards
     "eager",  # init_forward_metadata and the forwards, eagerly
+    "invariance",  # batch_invariance cases: the cut batches' metadata and forwards, eagerly
     "compare",  # outputs against the reference (and replay against eager)
 )
 

@@ -120,7 +120,8 @@ def _as_written(field: str, info: FieldInfo) -> tuple[Any, FieldInfo]:
     return list[name], Field(default=list(names), description=info.description)
 
 
-_VALUE_FIELDS = {field: _as_written(field, info) for field, info in CaseSpec.model_fields.items()}
+# A value field marked exclude is the harness's own (CaseSpec.first_request): no file states it.
+_VALUE_FIELDS = {field: _as_written(field, info) for field, info in CaseSpec.model_fields.items() if not info.exclude}
 # The schema users read: the value's fields with the batch size a file states, in the order files write them.
 CaseFields = create_model(
     "CaseFields", __base__=_CaseRules, __doc__="One case as a file gives it (harness/base/case_spec.py CaseSpec's fields and bs).",

@@ -29,6 +29,8 @@ import triton.language as tl
 from harness.base import platform
 from harness.families import BACKENDS, FAMILIES
 from harness.base.case_spec import CaseSpec
+from harness.cell import batch_invariance
+from harness.cell.batch_invariance import Cut
 from harness.cell.cell_matrix import Cell, ReplayBatch, cell_batch, replay_batches, skip_reason
 from harness.checks.compare import HALF_ULP, CellResult, compare
 from harness.modes import MODES
@@ -124,8 +126,10 @@ def _partial_split(cell: Cell, graph: bool) -> str | None:
     return BACKENDS[cell.backend].partial_split(cell.case.mode, cell.case.spec, graph)
 
 
-def _compare_steps(label: str, outputs, expected, batch: _Batch, splits: tuple[str | None, ...]) -> dict:
-    """Compare only rows of the batch's own requests (small_real fillers are not asserted)."""
+def _compare_steps(label: str, outputs, expected, batch: _Batch, splits: tuple[str | None, ...],
+                   bitwise: bool = False) -> dict:
+    """Compare only rows of the batch's own requests (small_real fillers are not asserted); ``bitwise``
+    for two runs a deterministic kernel must make equal (no bound, no census allowance)."""
     spec = batch.run.spec
     found = {}
     for index, (out, want, step, inputs) in enumerate(zip(outputs, expected, batch.steps, batch.inputs)):
@@ -133,9 +137,38 @@ def _compare_steps(label: str, outputs, expected, batch: _Batch, splits: tuple[s
         labels = [step.labels[row] for row in kept]
         # every row (no filler requests) needs no index; else one index from the host, never a mask (a wait each)
         rows = slice(None) if len(kept) == len(step.queries) else torch.tensor(kept, device=want.device)
-        slack = census_slack(inputs, splits, spec.dtype)
+        slack = None if bitwise else census_slack(inputs, splits, spec.dtype)
         found[f"{label} step {index}"] = compare(out.reshape(want.shape)[rows], want[rows], spec.dtype, labels,
-                                                 None if slack is None else slack[rows])
+                                                 None if slack is None else slack[rows], bitwise=bitwise)
+    return found
+
+
+def run_cuts(prepared: PreparedCell) -> list[tuple[Cut, _Batch, list]]:
+    """The batch-invariance runs (harness/cell/batch_invariance.py): each cut of the cell's own requests
+    run eagerly on the same backend, with the whole batch's draws for its rows. Returns (cut, its batch,
+    its outputs) per cut."""
+    mine, mode = prepared.own, prepared.mode
+    done = []
+    for cut in batch_invariance.cuts(prepared.cell.case.spec):
+        spec = cut.spec(mine.run.spec)
+        state = _batch_view(mine.state, spec, slice(cut.start, cut.stop))
+        steps = mode.steps(spec)
+        batch = _Batch(ReplayBatch(spec, spec.bs, extra=False), steps,
+                       batch_invariance.cut_inputs(mine.steps, mine.inputs, cut, steps),
+                       mode.forward_batch(state, steps), state)
+        done.append((cut, batch, run_eager(mode, prepared.backend, batch.forward_batch, batch.inputs,
+                                           prepared.layer, prepared.attend)))
+    return done
+
+
+def _compare_cuts(cut_runs: list, eager: list, mine: _Batch, split: str | None, bitwise: bool) -> dict:
+    """Each cut's outputs against its rows of the whole batch's eager outputs."""
+    found = {}
+    for cut, batch, outputs in cut_runs:
+        in_batch = [out.reshape(want.shape)[batch_invariance.rows_of(step, cut)].to(torch.float64)
+                    for out, want, step in zip(eager, mine.expected, mine.steps)]
+        found.update(_compare_steps(f"{cut.label} vs in the batch", outputs, in_batch, batch, (split, split),
+                                    bitwise=bitwise))
     return found
 
 
@@ -328,20 +361,25 @@ def run_cell(cell: Cell) -> CellResult:
     _drills(cell)
     clock = PhaseClock()
     graph = RUNNER_FORMS[cell.runner].graph
+    spec = cell.case.spec
     with prepared_cell(cell, clock) as prepared:
         mine = prepared.own
         comparisons, replays = replay_all(prepared, clock) if graph else ({}, [])
         with clock.phase("eager"):
             eager = run_eager(prepared.mode, prepared.backend, mine.forward_batch, mine.inputs, prepared.layer,
                               prepared.attend, prepared.sync_log)
+        with clock.phase("invariance"):
+            cut_runs = run_cuts(prepared) if spec.batch_invariance else []
     with clock.phase("compare"):
         eager_split = _partial_split(cell, graph=False)
         comparisons.update(_compare_steps("eager vs reference", eager, mine.expected, mine, (eager_split,)))
+        comparisons.update(_compare_cuts(cut_runs, eager, mine, eager_split, spec.deterministic))
         if graph:
             replay_label, replayed = next(replay for replay, batch in zip(replays, prepared.batches) if batch is mine)
             eager64 = [out.reshape(want.shape).to(torch.float64) for out, want in zip(eager, mine.expected)]
             comparisons.update(_compare_steps(f"{replay_label} vs eager", replayed, eager64, mine,
-                                              (_partial_split(cell, graph=True), eager_split)))
+                                              (_partial_split(cell, graph=True), eager_split),
+                                              bitwise=spec.deterministic))
     result = CellResult(comparisons, clock.rounded())
     if result.ok:  # a wrong number is the louder finding; the syncs it hides show in cells that pass
         prepared.sync_log.check()

@@ -54,6 +54,10 @@ CENSUS_TOLERANCES = {
 # kernels really do was measured on an H200 (python -m harness.probes.census_probe, docs/detectors.md).
 HALF_ULP = {"float32": 2**-24, "float16": 2**-11, "bfloat16": 2**-8}
 
+# Two runs of a deterministic kernel on the same request (sglang's --enable-deterministic-inference
+# promises batch invariance): any difference at all is a finding, so every bound is zero.
+BITWISE = {"atol": 0.0, "rtol": 0.0}
+
 
 def census_slice(num_heads: int) -> slice:
     """The key-census head: the last query head, when the model has more than one. A slice, so that
@@ -117,7 +121,7 @@ class CellResult:
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str],
-            census_slack: torch.Tensor | None = None) -> Comparison:
+            census_slack: torch.Tensor | None = None, bitwise: bool = False) -> Comparison:
     """out, ref: [num_queries, num_heads, head_dim]; labels name each query row.
 
     An element mismatches when |out - ref| > atol + rtol * |ref| or either is
@@ -125,8 +129,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str],
     is the one with the largest |out - ref| / bound. ``census_slack`` [queries, head_dim], where
     given, widens the census head's bound per element (the partial-merge rounding above).
     Computed in float64 on the reference's device; only the figures come back to the host.
+    ``bitwise``: every bound is zero (BITWISE), for two outputs a deterministic kernel must make equal.
     """
-    tol, census_tol = TOLERANCES[dtype], CENSUS_TOLERANCES[dtype]
+    tol, census_tol = (BITWISE, BITWISE) if bitwise else (TOLERANCES[dtype], CENSUS_TOLERANCES[dtype])
     census, scored = census_slice(out.shape[1]), scored_slice(out.shape[1])
     atol = torch.full((1, out.shape[1], 1), tol["atol"], dtype=torch.float64, device=ref.device)
     rtol = torch.full((1, out.shape[1], 1), tol["rtol"], dtype=torch.float64, device=ref.device)
@@ -135,7 +140,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, labels: list[str],
     out64 = out.detach().to(ref.device, torch.float64)
     diff = (out64 - ref).abs()
     nan = torch.isnan(diff)
-    bound = atol + rtol * ref.abs()
+    # never zero (a bitwise comparison's bounds are): a difference's excess stays finite and ranks the worst
+    bound = (atol + rtol * ref.abs()).clamp_min(torch.finfo(torch.float64).tiny)
     has_census = census.stop > census.start
     if census_slack is not None and has_census:
         bound[:, census.start] += census_slack

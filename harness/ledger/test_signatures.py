@@ -73,12 +73,12 @@ SHIFT_PLUGIN = textwrap.dedent(f"""
     def pytest_runtest_setup(item):
         running["cell"] = item.nodeid.rpartition("[")[2].rstrip("]")
 
-    def shifted(out, ref, dtype, labels, *allowance):
+    def shifted(out, ref, dtype, labels, *allowance, **how):
         head, shift = SHIFTS.get(running.get("cell"), (None, 0.0))
         if head is not None:
             out = out.clone()
             out[:, head] += shift
-        return original(out, ref, dtype, labels, *allowance)
+        return original(out, ref, dtype, labels, *allowance, **how)
 
     run_cell.compare = shifted
 """)

@@ -69,7 +69,7 @@ class NgramVerify(TargetVerify):
         never decrease; the first draft always hangs off the root.
         """
         window = spec.window
-        gen = torch.Generator().manual_seed(spec.seed * 1000 + request + 7)
+        gen = torch.Generator().manual_seed(spec.seed * 1000 + spec.first_request + request + 7)
         parents = [-1]
         for node in range(1, window):
             earliest = parents[-1] if node > 1 else 0

@@ -34,12 +34,13 @@ def draft_tree(spec: CaseSpec, request: int) -> list[int]:
     """Parent of each window token (-1 for the root), as EAGLE builds trees.
 
     Parents precede children; each node has at most topk children and depth at
-    most num_steps. A chain is parent[j] = j - 1. Trees vary per request.
+    most num_steps. A chain is parent[j] = j - 1. Trees vary per request (its number in the case:
+    a request cut out of its batch keeps its tree).
     """
     window = spec.window
     if spec.topk == 1:
         return [j - 1 for j in range(window)]
-    gen = torch.Generator().manual_seed(spec.seed * 1000 + request)
+    gen = torch.Generator().manual_seed(spec.seed * 1000 + spec.first_request + request)
     parents, depth, children = [-1], [0], [0]
     for _ in range(1, window):
         open_nodes = [n for n in range(len(parents))

@@ -454,7 +454,7 @@ def test_phases_sum_per_runner_and_leave_the_rest_to_pytest(tmp_path, capsys):
     run = write_run(tmp_path / "cells" / "night-1", {"gw0": cells})
     assert main(["phases", str(run)]) == 0
     table = capsys.readouterr().out
-    assert "| cuda_graph | 1 | 2.0 | 2.00 | 1.0 (50%) |" in table and "| 0.5 (25%) | 0.0 (0%) | 0.0 (0%) | 0.5 (25%) |" in table
+    assert "| cuda_graph | 1 | 2.0 | 2.00 | 1.0 (50%) |" in table and "| 0.5 (25%) | 0.0 (0%) | 0.0 (0%) | 0.0 (0%) | 0.5 (25%) |" in table
     assert "| all | 2 | 3.0 | 1.50 | 1.0 (33%) |" in table
     assert "wall 600.0 s with 2 worker(s); cells 3.0 s in all (1.5 s per worker)" in table
 
