@@ -104,6 +104,10 @@ class CaseSpec(BaseModel):
         default=False, description="also run sampled requests alone, and the first half of the batch, on the same "
         "backend: each request's output must match its output in the whole batch, bitwise under deterministic, "
         "else within the dtype's tolerance (harness/checks/batch_invariance.py)")
+    kernel_path: str = Field(
+        default="", description="a path forced by a switch sglang exposes (harness/fixtures/kernel_paths.py: "
+        "Triton's split count, Lean decode, FlashInfer's tensor cores, FA3's num_splits); its cells run only on the "
+        "backends it belongs to. Empty: the path the sizes pick")
     first_request: int = Field(
         default=0, exclude=True, description="not a file's field: the number in its case of a batch's first request, "
         "for a batch cut from a case (batch_invariance); per-request draws (EAGLE and NGRAM trees) follow it, so "

@@ -31,6 +31,7 @@ from pydantic_core import PydanticCustomError
 from harness import ROOT
 from harness.case import case_limits, case_yaml
 from harness.families import BACKENDS, FAMILIES
+from harness.fixtures.kernel_paths import KERNEL_PATHS
 from harness.base.case_spec import Case, CaseSpec
 from harness.modes import MODES
 from harness.runners import RUNNER_NAMES
@@ -96,6 +97,8 @@ def _inconsistency(fields: Mapping[str, Any]) -> tuple[str, str] | None:
     window = case_limits.sliding_window_problem(fields)
     if window:
         return "sliding_window", window
+    if fields["kernel_path"] and fields["kernel_path"] not in KERNEL_PATHS:
+        return "kernel_path", f"{fields['kernel_path']!r} is none of {', '.join(KERNEL_PATHS)} (harness/fixtures/kernel_paths.py)"
     if fields["num_heads"] % fields["num_kv_heads"]:
         return "num_heads", f"{fields['num_heads']} is not a multiple of num_kv_heads {fields['num_kv_heads']}"
     if any(size < bs for size in fields["capture_bs"]):

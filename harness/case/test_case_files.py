@@ -179,6 +179,8 @@ EXPECTED_ERRORS = {
     "mla_dense_backend.yaml": ["case 'c'", "field 'backends'", "fa3 serve another attention family",
                                "the mla family's backends are triton_mla, flashinfer_mla, fa3_mla, flashmla"],
     "dense_with_model.yaml": ["case 'c'", "field 'model'", "names a served model of another attention family"],
+    "kernel_path_unknown.yaml": ["case 'c'", "field 'kernel_path'", "'triton-two-splits' is none of triton-one-split"],
+    "first_request_in_a_file.yaml": ["case #1 ('c')", "first_request"],
     "mla_frozen_kv_mtp.yaml": ["case 'c'", "field 'family'", "mla runs no frozen_kv_mtp_verify",
                                "frozen-KV MTP for Gemma 4's MTP draft only"],
 }

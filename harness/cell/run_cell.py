@@ -37,6 +37,7 @@ from harness.modes import MODES
 from harness.modes.base import SpecMode
 from harness.checks.host_sync import UNGUARDED, SyncLog
 from harness.checks.invariants import check_backend, check_row_capacity
+from harness.fixtures.kernel_paths import kernel_path
 from harness.fixtures.pools import BatchState, StepInputs, build_layout, req_to_token_width
 from harness.base.results import PhaseClock
 from harness.case.scheduler_rules import production_row_lens
@@ -244,7 +245,10 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
     clock = clock or PhaseClock()
     first, pool_spec = specs[0], _one_pool_spec(specs)
     family = FAMILIES[first.family]
+    path = kernel_path(first.kernel_path)
     with contextlib.ExitStack() as stack:
+        if path:
+            stack.enter_context(path.environment())  # read when the backend is built and as it runs
         with clock.phase("layout_pools"):
             row_lens = mode.row_lens(pool_spec)
             layout = build_layout(pool_spec.kv_layout, row_lens, pool_spec.page_size, pool_spec.seed,
@@ -261,6 +265,9 @@ def built_backend(specs: list[CaseSpec], mode: SpecMode, entry, extra_rows: int,
                                       is_draft_worker=mode.backend_role != "target", algorithm=mode.spec_algorithm,
                                       family_fields=family.runner_fields(first, state.pools.context_len))
             backend = mode.build_backend(entry.build, runner_obj, first)
+            refusal = path and path.apply_to(backend)
+            if refusal:
+                raise CellSkipped(f"{entry.name}: kernel path {path.name}: {refusal}")
         yield states, server_args, backend
 
 
