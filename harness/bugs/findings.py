@@ -16,6 +16,7 @@ reproducer into one script for an upstream issue.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -180,15 +181,23 @@ def record_command(args) -> int:
 _IMPORT = re.compile(r"sys\.path\.insert\(0, [^\n]*\n(from sglang_standin import \([^)]*\)|from sglang_standin import [^\n]*)[^\n]*\n")
 
 
+_FUTURE = "from __future__ import annotations\n"
+
+
 def bundle(slug: str) -> str:
-    """The reproducer as one script: the stand-in's text where the reproducer imports it."""
+    """The reproducer as one script: the stand-in's text where the reproducer imports it. The stand-in's
+    ``from __future__`` import (its annotations name classes defined below them) moves to the script's
+    top, right after the reproducer's docstring, the one place Python takes it."""
     repro = (FINDINGS_DIR / slug / "repro.py").read_text()
-    standin = (FINDINGS_DIR / STANDIN).read_text().replace("from __future__ import annotations\n", "")
+    standin = (FINDINGS_DIR / STANDIN).read_text().replace(_FUTURE, "")
     block = f"# --- findings/{STANDIN} of attn-harness, inlined ---\n{standin}\n# --- the reproducer ---\n"
     bundled, count = _IMPORT.subn(lambda _: block, repro, count=1)
     if not count:
         raise cli.UsageError(f"findings/{slug}/repro.py does not import {STANDIN} the way the bundler expects")
-    return bundled
+    first = ast.parse(repro).body[0]
+    docstring_end = first.end_lineno if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else 0
+    lines = bundled.splitlines(keepends=True)
+    return "".join(lines[:docstring_end]) + "\n" + _FUTURE + "".join(lines[docstring_end:])
 
 
 def bundle_command(args) -> int:

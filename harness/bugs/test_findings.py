@@ -9,6 +9,7 @@ and passes with its fix here, as it did on the H200.
 
 import ast
 import sys
+import types
 
 import pytest
 import yaml
@@ -93,10 +94,15 @@ def test_fix_diff_is_the_patch_and_applies_here(slug):
             patched_file(tuple(p for p in patches if p.path_in(site) == path), path)
 
 
-def test_a_bundle_is_one_script(tmp_path):
-    script = bundle("triton-kv-past-context")
+@pytest.mark.parametrize("slug", ["triton-kv-past-context", "flashinfer-deterministic-verify-graph"])
+def test_a_bundle_is_one_script_that_runs(slug, monkeypatch):
+    """Every definition of the bundle runs (not main: the module is not __main__), so a stand-in
+    annotation naming a class defined later, or a lost import, fails here and not in an issue."""
+    script = bundle(slug)
     assert "sglang_standin" not in script.split("# --- the reproducer ---")[1]
-    compile(script, "repro_standalone.py", "exec")
+    module = types.ModuleType("bundle_check")  # dataclasses look their module up in sys.modules
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(script, "repro_standalone.py", "exec"), module.__dict__)
 
 
 @pytest.mark.parametrize("affected, stock, fixed, claimed", [
