@@ -70,7 +70,9 @@ def test_deterministic_inference_is_refused_where_sglang_refuses_it():
     spec = _spec(deterministic=True, dtype="bfloat16")
     assert BACKENDS["triton"].refusal("target_verify", spec) is None
     reason = BACKENDS["torch_native"].refusal("target_verify", spec)
-    assert reason and "deterministic inference" in reason and "'triton'" in reason
+    assert reason and "deterministic inference of a dense model" in reason and "'triton'" in reason
+    mla = _spec(deterministic=True, dtype="bfloat16", family="mla", model="deepseek-v2-lite", num_heads=2, num_kv_heads=2)
+    assert BACKENDS["flashinfer_mla"].refusal("target_verify", mla) and BACKENDS["fa3_mla"].refusal("target_verify", mla) is None
 
 
 def _invariance_cells(deterministic: bool):
