@@ -199,6 +199,7 @@ def _phase_row(run: dict) -> str | None:
     if not phases:
         return None
     whole = sum(phases.values()) or 1.0
+    phases = {phase: phases.get(phase, 0.0) for phase in CELL_PHASES}  # a session recorded before a phase existed
     return f"| {run['label']} | " + " | ".join(f"{phases[p]} ({phases[p] / whole:.0%})" for p in CELL_PHASES) + " |"
 
 
