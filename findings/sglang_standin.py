@@ -509,6 +509,18 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -
     return torch.einsum("hk,khd->hd", scores.softmax(-1), v64)
 
 
+def captured(run) -> tuple["torch.cuda.CUDAGraph", torch.Tensor]:
+    """``run()`` twice to warm up, as sglang's graph runner does, then captured once: (the graph, the output
+    each replay writes)."""
+    for _ in range(2):
+        run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    return graph, out
+
+
 def layer(shape: Shape, attn_type: str = "DECODER"):
     """The RadixAttention layer a model hands the backend."""
     from sglang.srt.layers.radix_attention import AttentionType, RadixAttention

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sglang_standin import (DEVICE, TOLERANCE, Pools, Problems, Shape, attend, forward_kv, layer, model_runner,  # noqa: E402
-                            normal, random_kv, server_state, verdict, worst_error)
+from sglang_standin import (DEVICE, TOLERANCE, Pools, Problems, Shape, attend, captured, forward_kv,  # noqa: E402
+                            layer, model_runner, normal, random_kv, server_state, verdict, worst_error)
 
 import torch  # noqa: E402
 
@@ -62,12 +62,7 @@ def main() -> int:
         q = normal(generator, tokens, shape.num_heads, shape.head_dim, dtype=shape.dtype)
         k, v = forward_kv(pools, COMMITTED, [BLOCK] * len(COMMITTED))
         draft_layer = layer(shape, "ENCODER_ONLY")
-        for _ in range(2):  # warm-up, as sglang's runner does
-            attend(backend, batch, draft_layer, q, k, v)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = attend(backend, batch, draft_layer, q, k, v)
+        graph, out = captured(lambda: attend(backend, batch, draft_layer, q, k, v))
         seen = [(r, list(range(n + BLOCK))) for r, n in enumerate(COMMITTED) for _ in range(BLOCK)]
         for label, host in (("non-compact mirror, committed + block", [n + BLOCK for n in COMMITTED]),
                             ("compact mirror, min(committed, window)", [min(n, WINDOW) for n in COMMITTED])):
