@@ -103,7 +103,7 @@ class CaseSpec(BaseModel):
     batch_invariance: bool = Field(
         default=False, description="also run sampled requests alone, and the first half of the batch, on the same "
         "backend: each request's output must match its output in the whole batch, bitwise under deterministic, "
-        "else within the dtype's tolerance (harness/checks/batch_invariance.py)")
+        "else within the dtype's tolerance (harness/cell/batch_invariance.py)")
     kernel_path: str = Field(
         default="", description="a path forced by a switch sglang exposes (harness/fixtures/kernel_paths.py: "
         "Triton's split count, Lean decode, FlashInfer's tensor cores, FA3's num_splits); its cells run only on the "

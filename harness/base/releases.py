@@ -15,9 +15,11 @@ Support policy, stated once:
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Generic, Mapping, TypeVar
 
 from harness.base.platform import installed_version
@@ -73,6 +75,17 @@ def installed() -> Installed:
         note = (f"sglang {version} is newer than the newest known release; running with the contracts "
                 f"of {contracts}")
     return Installed(version, contracts, note)
+
+
+@lru_cache(maxsize=None)
+def sglang_source(module: str) -> str | None:
+    """The installed sglang's source of ``module``, read once and without importing it (a registry that
+    quotes sglang asks whether this release still says so), or None where this release has no such module."""
+    try:
+        found = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # a parent package this release lacks
+        return None
+    return Path(found.origin).read_text() if found and found.origin else None
 
 
 class since(Generic[T]):

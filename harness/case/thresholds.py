@@ -15,13 +15,11 @@ reach instead: harness/fixtures/kernel_paths.py), HIP-only paths.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from harness.base.case_spec import CaseSpec
-from harness.base.releases import installed, version_key
+from harness.base.releases import installed, sglang_source, version_key
 
 ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -72,23 +70,15 @@ class Threshold:
 
     def source_problem(self) -> str | None:
         """Why the installed release's source does not hold the quoted condition, or None."""
-        found = [spec.origin for module in self.modules if (spec := _find(module)) and spec.origin]
+        found = [text for module in self.modules if (text := sglang_source(module)) is not None]
         if not found:
             return f"{self.id}: this sglang has none of {', '.join(self.modules)}"
-        if not any(self.anchor in Path(origin).read_text() for origin in found):
+        if not any(self.anchor in text for text in found):
             return f"{self.id}: {', '.join(self.modules)} of sglang {installed().version} no longer hold {self.anchor!r}"
         return None
 
     def applies_here(self) -> bool:
         return version_key(installed().contracts) >= version_key(self.since)
-
-
-def _find(module: str):
-    """The module's spec without importing it, or None where this release has no such module."""
-    try:
-        return importlib.util.find_spec(module)
-    except ModuleNotFoundError:  # a parent package this release lacks
-        return None
 
 
 TRITON_BACKEND = ("sglang.srt.layers.attention.triton_backend",)
