@@ -416,7 +416,7 @@ def load_case_file(path: Path) -> list[Case]:
     where = str(path)
     parsed = _read_document(path, where)
     try:
-        case_limits.max_cases()
+        case_limits.max_cases(), case_limits.cell_memory_budget()
     except ValueError as err:
         raise CaseFileError(f"{where}: {err}") from None
     cases: list[Case] = []

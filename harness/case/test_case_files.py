@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.case_limits import MAX_CASES_ENV
+from harness.case.case_limits import CELL_MEMORY_ENV, MAX_CASES_ENV
 from harness.case.case_yaml import MAX_FILE_BYTES
 from harness.case.cases import CaseFileError, load_all_cases, load_case_file
 from harness.modes import MODES
@@ -63,9 +63,9 @@ EXPECTED_ERRORS = {
     "name_not_text.yaml": ["case #1 (12)", "field 'name'", "expected text, got 12"],
     # sizes no backend or machine serves
     "negative_length.yaml": ["case 'negative'", "field 'prefix_lens'", "item 2: -1 is below 0"],
-    "bs_too_large.yaml": ["field 'bs'", "100,000 is over 512", GRAPH_BS],
-    "prefix_too_long.yaml": ["field 'prefix_lens'", "item 2: 10,000,000 is over 131,328"],
-    "context_len_too_large.yaml": ["field 'context_len'", "is over 132,096"],
+    "bs_too_large.yaml": ["field 'bs'", "100,000 is over 1,024", "scale tier's largest batch"],
+    "prefix_too_long.yaml": ["field 'prefix_lens'", "item 2: 10,000,000 is over 262,400"],
+    "context_len_too_large.yaml": ["field 'context_len'", "is over 263,168"],
     "window_too_long.yaml": ["field 'input_lens'", "5,000 is over 256", "speculative_num_draft_tokens"],
     "topk_too_large.yaml": ["field 'topk'", "64 is over 8"],
     "num_steps_too_large.yaml": ["field 'num_steps'", "100 is over 16"],
@@ -151,7 +151,7 @@ EXPECTED_ERRORS = {
                                       "reaches in draft decode", "give every request a prefix >= 1"],
     "draft_window_in_verify.yaml": ["field 'draft_window'", "only dflash_draft, draft_decode take draft_window"],
     "draft_sink_without_window.yaml": ["field 'draft_sink'", "only with a draft_window"],
-    "draft_window_too_large.yaml": ["field 'draft_window'", "1,000,000 is over 131,072"],
+    "draft_window_too_large.yaml": ["field 'draft_window'", "1,000,000 is over 262,144"],
     "ngram_with_topk.yaml": ["field 'topk'", "topk does not apply, leave it at 1"],
     "dflash_with_topk.yaml": ["field 'topk'", "DFlash verifies a chain", "leave topk at 1"],
     "dflash_without_mirrors.yaml": ["field 'host_mirrors'", "'none' is no state it produces"],
@@ -166,7 +166,7 @@ EXPECTED_ERRORS = {
                                 "RadixAttention reads as no window", "give 0 (full attention) or at least 2"],
     "sliding_window_with_draft_window.yaml": ["case 'c'", "field 'sliding_window'",
                                               "takes sliding_window or draft_window / draft_sink, not both"],
-    "sliding_window_too_large.yaml": ["case 'c'", "field 'sliding_window'", "1,000,000 is over 131,072"],
+    "sliding_window_too_large.yaml": ["case 'c'", "field 'sliding_window'", "1,000,000 is over 262,144"],
     # attention families (harness/families)
     "family_unknown.yaml": ["field 'family'", "got 'latent' (text); valid: 'dense' or 'mla'"],
     "family_per_case.yaml": ["case #1 ('c')", "field 'family'", "the file's, set once at its top beside 'mode'"],
@@ -271,6 +271,16 @@ def test_the_case_cap_is_raised_on_purpose(tmp_path, monkeypatch):
     assert len(load_case_file(path)) == 3
     monkeypatch.setenv(MAX_CASES_ENV, "lots")
     assert f"{MAX_CASES_ENV}='lots': expected a whole number of cases" in one_error_line(path)
+
+
+def test_the_cell_memory_budget_is_raised_on_purpose(tmp_path, monkeypatch):
+    path = tmp_path / "big.yaml"
+    path.write_text((BAD / "memory_over_budget.yaml").read_text())
+    assert "may take 4.0 GiB" in one_error_line(path)
+    monkeypatch.setenv(CELL_MEMORY_ENV, "200")
+    assert len(load_case_file(path)) >= 1
+    monkeypatch.setenv(CELL_MEMORY_ENV, "lots")
+    assert f"{CELL_MEMORY_ENV}='lots': expected a whole number of GiB" in one_error_line(path)
 
 
 def test_case_ids_are_unique_across_files(tmp_path):

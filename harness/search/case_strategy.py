@@ -43,7 +43,6 @@ from harness.fixtures.sglang_env import decode_capture_sizes
 
 KV_LAYOUTS, HOST_MIRRORS, PAD_STYLES = get_args(KvLayout), get_args(HostMirrors), get_args(PadStyle)
 DEFAULT_FAMILY = CaseSpec.model_fields["family"].default  # the family of a case that names none
-PREFIX_SCALES = (3, 64, 512, 4096)
 DRAFT_WINDOWS, DRAFT_SINKS = (0, 1, 16, 64), (0, 1, 4)
 SMALLEST_MODEL_WINDOW = 2  # a sliding_window of 1 reaches sglang's layer as 0, which it reads as no window
 MODEL_WINDOW_WEIGHT = 3  # a model's own windows (none included), each 3 times as often as the smallest
@@ -105,13 +104,17 @@ def _batch_size(profile: DrawProfile) -> st.SearchStrategy[int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _prefix_limit(wall: int) -> st.SearchStrategy[int]:
-    """A case's longest prefix: tiny, short, medium, long, or the context wall (max_committed_prefix).
+def _prefix_limit(wall: int, scales: tuple[int, ...], most: int | None) -> st.SearchStrategy[int]:
+    """A case's longest prefix: one of the profile's scales (tiny to long), or the context wall
+    (max_committed_prefix); none over ``most`` where the profile bounds a batch's tokens (its smallest
+    scale if none fits).
 
     Drawn per case so that many requests can come with short prefixes (a large decode batch)
     and a few with long ones, within the caps.
     """
-    return st.sampled_from([scale for scale in PREFIX_SCALES if scale < wall] + [wall])
+    limits = [scale for scale in scales if scale < wall] + [wall]
+    fitting = [limit for limit in limits if most is None or limit <= most]
+    return st.sampled_from(fitting or limits[:1])
 
 
 @functools.lru_cache(maxsize=None)
@@ -241,9 +244,11 @@ def _sizes(mode: str, graph: bool, page_size: int, num_steps: int, profile: Draw
                       num_heads=heads.num_kv_heads * draw(st.sampled_from(heads.gqa_ratios)),
                       head_dim=draw(st.sampled_from(heads.head_dims))) if dense
                  else dict(family=family, **dict(shard.fields)))
+        most = None if profile.max_batch_tokens is None else profile.max_batch_tokens // bs
+        limit = draw(_prefix_limit(wall, profile.prefix_scales, most))
         drawn = dict(
             **model, context_len=context_len, bs=bs,
-            prefix_lens=draw(st.lists(_prefix_len(draw(_prefix_limit(wall)), page_size, spec_mode.min_prefix_len),
+            prefix_lens=draw(st.lists(_prefix_len(limit, page_size, spec_mode.min_prefix_len),
                                       min_size=bs, max_size=bs)),
         )
         if windowed:

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from harness.base import platform
 from harness.families import BACKENDS, FAMILIES
-from harness.case.case_limits import BUFFERS, largest_cell_sizes
+from harness.case.case_limits import BUFFERS, CELL_MEMORY_ENV, largest_cell_sizes
 from harness.base.case_spec import CaseSpec
 from harness.modes.base import SpecMode
 from harness.runners import RUNNER_FORMS
@@ -90,6 +90,11 @@ class DrawProfile:
     max_reference_query_bytes: Cap
     max_kernel_tiles: Cap
     family_shards: tuple[FamilyShard, ...] = ()  # the other families' served shapes; a family without any is not drawn
+    # a case's longest prefix is one of these or the context wall (case_strategy._prefix_limit)
+    prefix_scales: tuple[int, ...] = (3, 64, 512, 4096)
+    # where set, a case's longest prefix times its batch size stays within this many tokens: large batches
+    # take short rows and long rows come in small batches, so few draws break max_pool_bytes and are redrawn
+    max_batch_tokens: int | None = None
 
     def shards_of(self, family: str) -> tuple[FamilyShard, ...]:
         return tuple(shard for shard in self.family_shards if shard.family == family)
@@ -216,4 +221,36 @@ GPU = DrawProfile(
     family_shards=SERVED_MLA,
 )
 
-PROFILES = {profile.name: profile for profile in (CPU, GPU)}
+SCALE_CELL_GIB = 6  # with SCALE_WORKERS on one H200 (139 GiB): 72 GiB of pools, the rest references and workspaces
+SCALE_WORKERS = 12
+
+# Production scale on one GPU (`--generated-profile scale`, run with CELL_MEMORY_ENV=SCALE_CELL_GIB and
+# SCALE_WORKERS workers): batches to 1,024 (eager above the largest capture size), req_to_token rows of
+# 32K, 128K and 256K tokens, trees to topk 8 and 7 steps, and a batch's KV in the millions of tokens where the
+# shard's KV is small (a 1-KV-head shard's token costs 1.25 KiB of pool and copy). Served shapes and
+# dtypes, as the GPU profile draws them.
+SCALE = DrawProfile(
+    name="scale",
+    dtypes=(("bfloat16", 6), ("float16", 1)),  # production's; fp32 is the GPU profile's
+    heads=SERVED_MODELS,
+    page_sizes=GPU.page_sizes,
+    context_lens=(32768, 131072, 262144),
+    max_topk=8,
+    max_steps=7,
+    max_window=GPU.max_window,
+    max_bs=Cap(1024, "four times sglang's largest default capture size on H100/H200: batches above it run "
+               "eagerly, as sglang runs them, up to max_running_requests"),
+    max_capture_bs=GPU.max_capture_bs,
+    max_pool_bytes=Cap(SCALE_CELL_GIB * GIB, f"{SCALE_WORKERS} workers on one H200 (139 GiB); the case loader "
+                       f"takes it with {CELL_MEMORY_ENV}={SCALE_CELL_GIB}"),
+    max_attention_macs=Cap(2_000_000_000_000, "the float64 reference runs on the GPU, in 256 MiB chunks: "
+                           "about a second"),
+    max_reference_query_bytes=Cap(4 * GIB, "the reference expands one query's K/V to float64: a 256K row "
+                                  "of a shard with 1,024 query values (8 heads of 128, Llama-3.1-70B TP8)"),
+    max_kernel_tiles=GPU.max_kernel_tiles,
+    family_shards=SERVED_MLA,
+    prefix_scales=(64, 512, 2048, 8192, 65536),
+    max_batch_tokens=4 << 20,  # millions of KV tokens a batch, within the pool cap for small-KV shards
+)
+
+PROFILES = {profile.name: profile for profile in (CPU, GPU, SCALE)}

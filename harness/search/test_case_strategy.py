@@ -1,6 +1,7 @@
 """What the profiles draw: the GPU's head shapes, dtypes and windows as production serves them, so
 that cells share compiled kernels, with the window's boundary kept in the prefixes; the CPU's exactly
-what it drew before (CI runs a fixed-seed CPU tier, whose draws must not move)."""
+what it drew before (CI runs a fixed-seed CPU tier, whose draws must not move); the scale tier's
+batches and widths past what the GPU profile reaches."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from hypothesis import Phase, find, given, settings
 from harness import ROOT
 from harness.base import platform
 from harness.families import BACKENDS
-from harness.search.case_strategy import SMALLEST_MODEL_WINDOW, _model_window
+from harness.search.case_strategy import SMALLEST_MODEL_WINDOW, _batch_size, _model_window
 from harness.case.cases import spec_from_fields
-from harness.search.draw_caps import GPU, PROFILES, SERVED_MODELS, machine_runs
+from harness.case.case_limits import CELL_MEMORY_ENV
+from harness.runners import RUNNER_FORMS
+from harness.search.draw_caps import GPU, PROFILES, SCALE, SCALE_CELL_GIB, SERVED_MODELS, cell_cost, machine_runs
 from harness.search.generated import distinct_draws
 from harness.modes import MODES
 from harness.base.releases import installed
@@ -108,3 +111,32 @@ def test_model_windows_reach_each_edge(offset):
 def test_a_window_as_long_as_the_context_is_none_and_edge_prefixes_stay_within_the_mode_and_the_wall(drawn):
     assert drawn["sliding_window"] in (0, SMALLEST_MODEL_WINDOW, 4096)
     assert all(1 <= prefix <= 4096 for prefix in drawn["prefix_lens"])
+
+
+SCALE_DRAWS = 24
+
+
+@pytest.fixture(scope="module")
+def scale_draws():
+    """The scale profile's first distinct draws, with the cell budget it is run with (drawing needs no GPU)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CELL_MEMORY_ENV, str(SCALE_CELL_GIB))
+        return [(MODES[draw.drawn.mode], spec_from_fields(draw.drawn.fields))
+                for draw in distinct_draws(SCALE, 0, SCALE_DRAWS, known=[])]
+
+
+def test_scale_draws_reach_production_batches_and_widths_eagerly_above_the_capture_sizes(scale_draws):
+    """Batches past sglang's largest capture size (eager only, as sglang runs them), every req_to_token width
+    of the profile, and every cell within the memory its workers share."""
+    largest_capture = SCALE.capture_sizes[-1]
+    above = [spec for _, spec in scale_draws if spec.bs > largest_capture]
+    assert above and all(not RUNNER_FORMS[spec.runners[0]].graph for spec in above)
+    assert {spec.context_len for _, spec in scale_draws} == set(SCALE.context_lens)
+    for mode, spec in scale_draws:
+        cost = cell_cost(mode, spec, RUNNER_FORMS[spec.runners[0]].graph)
+        assert cost.pool_bytes <= SCALE_CELL_GIB << 30 and cost.over(SCALE) is None, (spec, cost)
+
+
+def test_scale_batches_reach_1024():
+    assert find(_batch_size(SCALE), lambda bs: bs == SCALE.max_bs.limit == 1024,
+                settings=settings(database=None, derandomize=True, phases=[Phase.generate])) == 1024
