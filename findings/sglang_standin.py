@@ -305,27 +305,40 @@ def normal(generator: torch.Generator, *size: int, dtype: torch.dtype) -> torch.
     return torch.randn(size, generator=generator).to(DEVICE, dtype)
 
 
+def lineage(parents: list[int]) -> list[list[int]]:
+    """Each draft token's ancestors and itself, root first: what it sees of the draft (``parents``: each
+    token's parent among the draft tokens, -1 for the root, the last verified token)."""
+    lines: list[list[int]] = []
+    for token, parent in enumerate(parents):
+        lines.append([*(lines[parent] if parent >= 0 else []), token])
+    return lines
+
+
 def chain_verify_batch(pools: Pools, committed: list[int], num_steps: int, *, host_mirrors: bool,
-                       algorithm: str = "EAGLE"):
-    """An EAGLE chain verify as eagle_worker_v2 hands it to the target model: seq_lens is each
-    request's committed length, its num_steps + 1 draft tokens are written at row positions
-    committed + j (out_cache_loc), each sees the prefix and the chain up to itself (custom_mask);
-    seq_lens_cpu / seq_lens_sum are the committed lengths, or None on the GPU-only path."""
+                       algorithm: str = "EAGLE", parents: list[int] | None = None, topk: int = 1):
+    """An EAGLE verify as eagle_worker_v2 hands it to the target model: seq_lens is each request's
+    committed length, its draft tokens are written at row positions committed + j (out_cache_loc),
+    each at position committed + its depth, seeing the prefix and its lineage (custom_mask): the chain of
+    num_steps + 1 tokens, or the tree ``parents`` (topk wide) for every request; seq_lens_cpu /
+    seq_lens_sum are the committed lengths, or None on the GPU-only path."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
     from sglang.srt.speculative.eagle_info import EagleVerifyInput
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    draft, bs = num_steps + 1, len(committed)
-    positions = pools.tensor([p for n in committed for p in range(n, n + draft)])
-    mask = torch.cat([torch.cat([torch.ones(draft, n, dtype=torch.bool),
-                                 torch.ones(draft, draft, dtype=torch.bool).tril()], 1).flatten() for n in committed])
+    parents = list(range(-1, num_steps)) if parents is None else parents
+    lines, draft, bs = lineage(parents), len(parents), len(committed)
+    positions = pools.tensor([n + len(line) - 1 for n in committed for line in lines])
+    seen = torch.zeros(draft, draft, dtype=torch.bool)
+    for token, line in enumerate(lines):
+        seen[token, line] = True
+    mask = torch.cat([torch.cat([torch.ones(draft, n, dtype=torch.bool), seen], 1).flatten() for n in committed])
     no_tree = torch.full((bs, draft), -1, dtype=torch.long, device=DEVICE)
     cpu = torch.tensor(committed, dtype=torch.int64) if host_mirrors else None
     total = sum(committed) if host_mirrors else None
     spec_info = EagleVerifyInput(
         draft_token=torch.zeros(bs * draft, dtype=torch.long, device=DEVICE), custom_mask=mask.to(DEVICE),
         positions=positions, retrieve_index=no_tree, retrieve_next_token=no_tree, retrieve_next_sibling=no_tree,
-        retrieve_cum_len=None, spec_steps=num_steps, topk=1, draft_token_num=draft,
+        retrieve_cum_len=None, spec_steps=num_steps, topk=topk, draft_token_num=draft,
         capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=total, seq_lens_cpu=cpu)
     return ForwardBatch(
         forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs,

@@ -296,6 +296,19 @@ FA_KV_PAST_CONTEXT = (
 )
 
 
+# findings/fa3-mla-tree-verify-page-slots: a tree verify (topk > 1) attends its draft tokens in a second
+# call through the expand metadata, whose page table holds token slots (req_to_token, never divided by the
+# page size). The dense path views its caches as pages of one token for that call; the absorbed-MLA path
+# passes the latent and rope caches viewed in pages of page_size, so at page 16 or 64 each slot is read as
+# a page number: another page's keys, or past the pool. View them as pages of one token too.
+_EXPAND_CALL = "v_cache=c_kv_cache, qv=q_nope, page_table=self.forward_metadata_spec_decode_expand.page_table"
+FA3_MLA_TREE_EXPAND_TOKEN_PAGES = (
+    SourcePatch(_FA, "FlashAttentionBackend", "forward_extend", (
+        Swap(f"k_cache=k_rope_cache, {_EXPAND_CALL}", "k_cache=k_rope_cache", "k_cache=k_rope.unsqueeze(1)"),
+        Swap(f"k_cache=k_rope.unsqueeze(1), {_EXPAND_CALL}", "v_cache=c_kv_cache", "v_cache=c_kv.unsqueeze(1)"),
+    )),
+)
+
 # findings/flashinfer-dflash-verify-window: the window wrapper is planned with
 # window_left only without a spec input, so a DFlash verify (causal, no custom mask) runs with no
 # per-query window over keys packed from the first query's window start. Plan the window for it too.
@@ -644,6 +657,10 @@ PATCHES = {patch.patch_id: patch for patch in (
           "FlashMLA's draft step i attends seq_lens + i + 1 keys (the prefix and the chain's tokens up to "
           "itself), eager and CUDA graph", _apply_all(FLASHMLA_DRAFT_STEP_LENS),
           "draft_decode and flashmla", kind=FIX, source=FLASHMLA_DRAFT_STEP_LENS),
+    Patch("fa3-mla-tree-expand-token-pages", "findings/fa3-mla-tree-verify-page-slots",
+          "FA3's absorbed-MLA tree verify reads its draft tokens through a page table of token slots with the "
+          "caches viewed as pages of one token, as the dense path does", _apply_all(FA3_MLA_TREE_EXPAND_TOKEN_PAGES),
+          "fa3_mla and target_verify and page64", kind=FIX, source=FA3_MLA_TREE_EXPAND_TOKEN_PAGES),
     Patch("flashinfer-graph-workspace", "findings/flashinfer-graph-workspace",
           "FlashInfer sizes the float workspace of its CUDA-graph verify and draft-extend wrappers by the "
           "split-kv plan of the largest captured batch, not the fixed shared workspace",
