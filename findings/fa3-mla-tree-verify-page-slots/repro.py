@@ -24,7 +24,7 @@ from sglang_standin import (TOLERANCE, MlaPools, MlaShape, Problems, attend_abso
 import torch  # noqa: E402
 
 COMMITTED, TOPK, STEPS = [100, 37], 2, 2
-PARENTS = [-1, 0, 0, 1, 2]  # the verified token, its two children, a child of each
+PARENTS = [-1, 0, 0, 1]  # the verified token, its two children, a child of the first
 DRAFT = len(PARENTS)
 
 
