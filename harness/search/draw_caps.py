@@ -221,8 +221,11 @@ GPU = DrawProfile(
     family_shards=SERVED_MLA,
 )
 
-SCALE_CELL_GIB = 6  # with SCALE_WORKERS on one H200 (139 GiB): 72 GiB of pools, the rest references and workspaces
-SCALE_WORKERS = 12
+# With SCALE_WORKERS on one H200 (139 GiB): 48 GiB of pools by the loader's estimate, the rest for what it leaves
+# out (Triton's eager attention logits, the float64 reference, workspaces): 12 workers ran out of memory in a
+# quarter of the cells on 2026-11-28 (peaks of 12-35 GiB against the 6 GiB estimate)
+SCALE_CELL_GIB = 6
+SCALE_WORKERS = 8
 
 # Production scale on one GPU (`--generated-profile scale`, run with CELL_MEMORY_ENV=SCALE_CELL_GIB and
 # SCALE_WORKERS workers): batches to 1,024 (eager above the largest capture size), req_to_token rows of
