@@ -115,17 +115,24 @@ def field_problem(fields: Mapping[str, Any]) -> tuple[str, str] | None:
 CELL_MEMORY_ENV = "ATTN_HARNESS_CELL_MEMORY_GIB"
 DEFAULT_CELL_MEMORY_GIB = 4
 BUDGET_WHY = ("a cell's buffers live in one pytest-xdist worker, and the 2-core CI machine has "
-              f"24 GiB for two workers beside sglang and torch; a GPU run with fewer workers per GPU "
+              "24 GiB for two workers beside sglang and torch; a GPU run with fewer workers per GPU "
               f"may raise it on purpose ({CELL_MEMORY_ENV})")
+
+
+def raised_on_purpose(env: str, default: int, unit: str) -> int:
+    """A limit the user may raise on purpose: ``env`` as a whole number of ``unit``, at least 1, else ``default``."""
+    text = os.environ.get(env, str(default))
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"{env}={text!r}: expected a whole number of {unit}, at least 1")
+    return int(text)
 
 
 def cell_memory_budget() -> int:
     """Bytes one cell may allocate: DEFAULT_CELL_MEMORY_GIB, or what the user set on purpose (the scale
     tier's cells are larger than the CI machine's workers hold)."""
-    text = os.environ.get(CELL_MEMORY_ENV, str(DEFAULT_CELL_MEMORY_GIB))
-    if not text.strip().isdigit() or int(text) < 1:
-        raise ValueError(f"{CELL_MEMORY_ENV}={text!r}: expected a whole number of GiB, at least 1")
-    return int(text) << 30
+    return raised_on_purpose(CELL_MEMORY_ENV, DEFAULT_CELL_MEMORY_GIB, "GiB") << 30
+
+
 INDEX_BYTES = 8  # sglang's CUDA-graph kv_indices are int64
 TRITON_KV_SPLITS = 8  # harness/fixtures/sglang_env.py sets triton_attention_num_kv_splits
 
@@ -262,10 +269,7 @@ MAX_CASES_WHY = ("a case makes up to about 55 cells, 5 backends x eager and 2 gr
 
 def max_cases() -> int:
     """The most cases one file may expand to: DEFAULT_MAX_CASES, or what the user set on purpose."""
-    text = os.environ.get(MAX_CASES_ENV, str(DEFAULT_MAX_CASES))
-    if not text.strip().isdigit() or int(text) < 1:
-        raise ValueError(f"{MAX_CASES_ENV}={text!r}: expected a whole number of cases, at least 1")
-    return int(text)
+    return raised_on_purpose(MAX_CASES_ENV, DEFAULT_MAX_CASES, "cases")
 
 
 def count_problem(count: int, already: int, factors: list[int]) -> str | None:
