@@ -23,6 +23,8 @@ from harness.reporting.test_reporting import RUN, make_cell
 from harness.base.results import OUTPUT_DIR, RUN_ID_ENV
 from harness.wheelhouse.manifest import FORMAT as MANIFEST_FORMAT
 
+pytestmark = pytest.mark.release_independent
+
 BAD_CASE = Path(__file__).parent.parent / "testdata" / "bad_cases" / "int_as_quoted_text.yaml"
 NOT_IN_SNAPSHOT = {".git", "__pycache__", ".pytest_cache", ".venv", ".venvs"}
 

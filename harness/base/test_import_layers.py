@@ -20,6 +20,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.release_independent
+
 HARNESS = Path(__file__).resolve().parents[1]
 
 # The sub-packages of harness/, bottom first. A module may import its own layer and those before it.

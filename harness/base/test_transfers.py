@@ -3,10 +3,13 @@ and a reference that never reads its own device back: on one shared GPU each suc
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.checks.reference import Query, census_parts, reference_attention
 from harness.base.transfers import to_device_together, to_host_together
+
+pytestmark = pytest.mark.release_independent
 
 
 def test_host_tensors_reach_the_device_whole_and_in_their_own_shapes():

@@ -24,6 +24,8 @@ from harness.reporting.junit import junit_tree
 from harness.base.results import MANIFEST, RUN_ID_ENV, run_folder
 from harness.cell.run_cell import FORCE_CRASH_ENV, FORCE_HANG_ENV
 
+pytestmark = pytest.mark.release_independent
+
 DRILL_CASES = "harness/testdata/drill_cases"
 CRASHING = "*-seed[0-36]-*"  # seeds 0-3 and 6: one more than xdist restarts a single worker for
 CELL = "target_verify-drill-seed{}-triton-eager"

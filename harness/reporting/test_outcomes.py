@@ -1,8 +1,12 @@
 """same-outcomes: two runs compared by (cell id, status, reason), over run folders and results.json."""
 
+import pytest
+
 from harness.reporting.__main__ import main
 from harness.reporting.outcomes import differences, outcomes
 from harness.reporting.test_reporting import CELLS, make_cell, write_run
+
+pytestmark = pytest.mark.release_independent
 
 
 def test_identical_runs_have_no_differences():

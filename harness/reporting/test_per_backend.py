@@ -10,11 +10,15 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 from harness import ROOT
 from harness.reporting.cell_schema import STATUSES
 from harness.reporting.per_backend import per_backend_lines
 from harness.reporting.test_reporting import CELLS, make_cell
 from harness.base.results import RUN_ID_ENV, run_folder
+
+pytestmark = pytest.mark.release_independent
 
 SECTION_TITLE = "attn-harness cells per backend"
 # Skipped at collection on a CPU machine (bf16 under Triton's interpreter, no GPU, no capture):

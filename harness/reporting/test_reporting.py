@@ -12,6 +12,8 @@ from harness.reporting.matrix import build_grid
 from harness.reporting.merge import UNRECORDED, merge_runs
 from harness.base.results import MANIFEST
 
+pytestmark = pytest.mark.release_independent
+
 RUN = {
     "run_id": "night-1", "started_at": "2026-11-22T01:00:00", "finished_at": "2026-11-22T01:10:00",
     "device": "NVIDIA H200", "driver": "570.86", "command": "pytest harness", "shard": "1/1",

@@ -20,6 +20,8 @@ from harness.reporting.cell_schema import load_results
 from harness.reporting.test_reporting import CELLS, README, RUN, write_results
 from harness.base.results import CELLS_DIR, OUTPUT_DIR, RUN_ID_ENV
 
+pytestmark = pytest.mark.release_independent
+
 # One cheap cell of the real matrix (float32 Triton, eager: it runs on the CPU interpreter too).
 CHEAP_CELL = "draft_decode-chain-bs2-dtypefloat32-triton-eager"
 

@@ -16,6 +16,8 @@ from harness.wheelhouse.manifest import MANIFEST_NAME, FileEntry, Manifest, Whee
 from harness.wheelhouse.parts import JoinedReader, PartWriter, sha256_file
 from harness.wheelhouse.pins import Pin, read_pins, read_release, releases
 
+pytestmark = pytest.mark.release_independent
+
 MIB = stages.MIB
 RUNNING_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
