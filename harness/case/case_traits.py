@@ -9,6 +9,7 @@ tier passes over draws a known failure covers by trait as it does by name.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -48,6 +49,37 @@ def flashinfer_graph_split_kv_bytes(case: Case) -> int:
     return spec.num_heads * tiles * tile * (spec.head_dim + 1) * 4
 
 
+# FA3's query-row and key tile (kBlockM, kBlockN) for MLA's head dims (64 rope + 512 latent) on sm90, as
+# flash-attention's get_pagedkv_tma reads them (hopper/flash_api.cpp, read in public copies).
+FA3_MLA_TILE = 64
+
+
+def fa3_mla_paged_tma_tail(case: Case) -> bool:
+    """Does an FA3 MLA forward of the case load paged K/V by TMA while some request's last page is partly
+    unwritten? get_pagedkv_tma takes TMA when the page size is a multiple of the key tile and a launch's
+    longest request has more query rows than the row tile (MLA's one KV head: query tokens x heads);
+    TMA loads whole pages, so the unwritten rest of a request's last page enters P @ V
+    (findings/fa3-mla-paged-tma-page-tail). A tree splits in two calls (the fa3-cascade threshold): in
+    verify the paged call reads the committed prefix only; in a paged draft decode the prefix call reads
+    whole pages only (the fa3-draft-page-split threshold: the last partial page goes with the branch)."""
+    spec = case.spec
+    if spec.family != "mla" or spec.page_size % FA3_MLA_TILE:
+        return False
+    forward_mode, tree = MODES[case.mode].forward_mode, spec.topk > 1
+    if tree and forward_mode == "DECODE":
+        return False
+    for step in MODES[case.mode].steps(spec):
+        rows = Counter(query.request for query in step.queries)
+        if max(rows.values(), default=0) * spec.num_heads <= FA3_MLA_TILE:
+            continue
+        ends = {query.request: query.spans[-1][1] for query in step.queries if query.spans}
+        if tree and forward_mode == "TARGET_VERIFY":
+            ends = dict(enumerate(spec.prefix_lens))
+        if any(end % spec.page_size for end in ends.values()):
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class CaseTrait:
     name: str
@@ -84,6 +116,13 @@ TRAITS: dict[str, CaseTrait] = {trait.name: trait for trait in (
         "a verify or draft-extend CUDA graph whose FlashInfer split-kv plan at capture needs more float "
         "workspace than sglang's fixed 384 MiB (wide heads, head_dim 256, large capture sizes)",
         lambda case: flashinfer_graph_split_kv_bytes(case) > FLASHINFER_WORKSPACE_BYTES,
+    ),
+    CaseTrait(
+        "fa3-mla-paged-tma-tail",
+        f"an MLA forward at a page size FA3 loads by TMA (a multiple of {FA3_MLA_TILE}) whose longest request "
+        f"has more than {FA3_MLA_TILE} query rows (query tokens x heads), while some request's last page is "
+        "partly unwritten: FA3 loads whole pages and the unwritten tail enters its output",
+        fa3_mla_paged_tma_tail,
     ),
 )}
 

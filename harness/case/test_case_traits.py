@@ -85,3 +85,30 @@ def test_the_generator_passes_over_a_draw_a_known_failure_covers_by_trait(tmp_pa
 
     assert _known_to_fail(Drawn(4089), "gen1-0-x", known)
     assert not _known_to_fail(Drawn(4088), "gen1-0-x", known)
+
+
+def served_mla(mode: str, name: str, **update) -> Case:
+    """A hand MLA case at page 64 (cases/mla), with fields changed."""
+    (case,) = [case for case in load_all_cases() if case.mode == mode and case.spec.name == f"{name}-dtypebfloat16"]
+    return Case(mode, case.spec.model_copy(update=update), "test")
+
+
+@pytest.mark.parametrize("case, expected", [
+    (lambda: served_mla("target_verify", "mla-served-chain-dsv3-tp8"), ()),
+    (lambda: served_mla("target_verify", "mla-served-chain-dsv3-tp8", num_steps=4, input_lens=[5] * 4),
+     ("fa3-mla-paged-tma-tail",)),
+    (lambda: served_mla("target_verify", "mla-served-chain-dsv3-tp8", num_steps=4, input_lens=[5] * 4,
+                        prefix_lens=[123, 59, 635, 59]), ()),
+    (lambda: served_mla("target_verify", "mla-served-chain-dsv3-tp8", num_steps=4, input_lens=[5] * 4,
+                        page_size=16), ()),
+    (lambda: served_mla("draft_decode", "mla-served-kimi-dp"), ()),
+    (lambda: served_mla("draft_decode", "mla-served-kimi-dp", num_heads=128), ("fa3-mla-paged-tma-tail",)),
+    (lambda: served_mla("draft_decode", "mla-served-kimi-dp", num_heads=128, topk=2), ()),
+], ids=["16-heads-x-4-tokens-fill-one-tile", "x-5-tokens-pass-it", "every-last-page-full", "page-16-no-tma",
+        "draft-decode-64-heads", "draft-decode-128-heads", "paged-tree-draft-reads-whole-pages"])
+def test_the_fa3_mla_tma_tail_holds_past_64_rows_with_a_partial_last_page(case, expected):
+    """FA3 loads paged MLA K/V by TMA once a request's query tokens x heads pass its 64-row tile at page 64;
+    only a partly written last page then shows. The scale tier on an H200 gave NaN in exactly the 20 of its
+    44 page-64 fa3_mla verdicts where this holds (KF-fa3-mla-paged-tma-page-tail), e.g. 16 heads x 5 tokens,
+    and passed 61 + 3 tokens (a full page) and a topk-6 draft decode."""
+    assert traits_of(case()) == expected
