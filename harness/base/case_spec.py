@@ -143,7 +143,7 @@ class CaseSpec(BaseModel):
     def model_context_len(self) -> int:
         """The model's context length: the case's, or the default doubled until the longest prefix is
         committed in every speculative configuration (context_len - 4, the wall without overlap, never
-        above the wall of steps of one token; harness/case/scheduler_rules.py max_committed_prefix).
+        above the wall of steps of one token; harness/modes/scheduler_rules.py max_committed_prefix).
 
         Never derived to just fit the case: backends size their buffers from it as they do in production.
         """

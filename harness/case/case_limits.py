@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from harness.base.case_spec import CaseSpec, default_capture_sizes
 from harness.runners import GRAPH_RUNNER_NAMES
-from harness.case.scheduler_rules import IN_FLIGHT_BELOW_MAX_REQ_LEN, max_committed_prefix
+from harness.modes.scheduler_rules import IN_FLIGHT_BELOW_MAX_REQ_LEN, max_committed_prefix
 
 if TYPE_CHECKING:
     from harness.modes.base import SpecMode
@@ -229,7 +229,7 @@ def _past_the_wall(mode: "SpecMode", spec: CaseSpec) -> str | None:
             f"{spec.context_len}: a speculative step runs on at most max_req_len - {below} + {most} = {wall} "
             f"committed tokens (max_req_len = context_len - 1; max_new_tokens <= max_req_len - prompt - 1; under "
             f"overlap a request runs one more step from max_req_len - {below} committed, after one that "
-            f"committed at most {most} tokens: {mode.most_committed_why}; harness/case/scheduler_rules.py); give "
+            f"committed at most {most} tokens: {mode.most_committed_why}; harness/modes/scheduler_rules.py); give "
             f"prefixes <= {wall}, or a larger context_len")
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 
 from harness.base.case_spec import Case
 from harness.modes import MODES
-from harness.case.scheduler_rules import production_row_lens
+from harness.modes.scheduler_rules import production_row_lens
 
 
 def furthest_row_position(case: Case) -> int:
@@ -98,7 +98,7 @@ TRAITS: dict[str, CaseTrait] = {trait.name: trait for trait in (
     CaseTrait(
         "reserve-past-row",
         "at page size 1, a row production reaches while a step runs (its window and the decode reservation, "
-        "harness/case/scheduler_rules.py) is longer than the context + 4 + num_draft_tokens columns sglang gives a "
+        "harness/modes/scheduler_rules.py) is longer than the context + 4 + num_draft_tokens columns sglang gives a "
         "row there (allocation_sizing.get_req_to_token_extra_context_len widens it by the reserve only above "
         "page size 1)",
         lambda case: case.spec.page_size == 1 and max(production_row_lens(MODES[case.mode], case.spec)) > (

@@ -40,7 +40,7 @@ from harness.checks.invariants import check_backend, check_row_capacity
 from harness.fixtures.kernel_paths import kernel_path
 from harness.fixtures.pools import BatchState, StepInputs, build_layout, req_to_token_width
 from harness.base.results import PhaseClock
-from harness.case.scheduler_rules import production_row_lens
+from harness.modes.scheduler_rules import production_row_lens
 from harness.runners import RUNNER_FORMS
 from harness.runners.cuda_graph import CapturedGraph, GraphPlan
 from harness.fixtures.sglang_env import (layer_sliding_window, model_runner, scheduler_keeps_host_mirrors, server_fields,

@@ -139,7 +139,7 @@ def _check_block_table(table, rows: int, context_len: int, page: int) -> None:
 
 def check_row_capacity(needed: list[int], prefixes: list[int], context_len: int, width: int) -> None:
     """Raise when sglang's req_to_token rows (``width`` columns, as its model runner sizes the pool)
-    cannot hold a row production reaches: ``needed`` per request (harness/case/scheduler_rules.py
+    cannot hold a row production reaches: ``needed`` per request (harness/modes/scheduler_rules.py
     production_row_lens), each with its committed prefix. The message names every short row and by how much."""
     short = [(request, row, prefix) for request, (row, prefix) in enumerate(zip(needed, prefixes)) if row > width]
     if not short:
@@ -150,5 +150,5 @@ def check_row_capacity(needed: list[int], prefixes: list[int], context_len: int,
         f"req_to_token capacity: sglang sizes a row {width} columns (model context {context_len} + {width - context_len} "
         f"of headroom, allocation_sizing.get_req_to_token_extra_context_len), but request {request} (committed "
         f"{prefix}) needs {row} while its step runs (its window and the decode reservation, in whole pages: "
-        f"harness/case/scheduler_rules.py): {row - width} column(s) short, which production writes into the next "
+        f"harness/modes/scheduler_rules.py): {row - width} column(s) short, which production writes into the next "
         f"request's row{others}")

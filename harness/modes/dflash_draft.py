@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.modes.dflash_verify import RESERVED_LEN, DFlashVerify
+from harness.modes.dflash_verify import DFlashVerify, reserved_lens
 
 if TYPE_CHECKING:
     from harness.base.case_spec import CaseSpec
@@ -84,7 +84,7 @@ class DFlashDraft(DFlashVerify):
             return super().host_lens(spec)
         block = self.num_draft_tokens(spec)
         sources = (spec.prefix_lens if spec.host_mirrors == "full"
-                   else [RESERVED_LEN.value(p, block, spec.page_size) for p in spec.prefix_lens])
+                   else reserved_lens(spec, block))
         return _compact_host_bound(spec, sources)
 
     def visible_block(self, token: int, block: int) -> range:

@@ -19,8 +19,10 @@ never passes a None mirror, so host_mirrors: none is refused.
 
 Each decode step reserves 2 x block KV slots per request (dflash_info_v2.py
 DFlashDraftInputV2.prepare_for_decode, reserve = 2 * block_size), page-aligned from sglang
-0.5.19 (page_aligned_decode_alloc_lens), plain committed + 2 x block before: a request's row
-holds the reservation, slots the allocator owns that nothing has written. Where sglang's
+0.5.19 (page_aligned_decode_alloc_lens), plain committed + 2 x block before, from the committed
+length the scheduler built the batch on (its host count lags the step in flight by one iteration:
+scheduler_rules.batch_committed): a request's row holds the reservation, slots the allocator owns
+that nothing has written. Where sglang's
 req_to_token row is too narrow for it (page size 1: 4 + block columns past the context against a
 reserve of 2 x block), the cell fails its row-capacity check (harness/checks/invariants.py), as
 production writes the rest into the next request's row (findings/spec-reserve-past-req-to-token-row).
@@ -35,6 +37,7 @@ import torch
 from harness.modes.base import ForwardStep, WindowedMode, base_fields, fixed_window_problem, visible_spans
 from harness.checks.reference import Query
 from harness.base.releases import since
+from harness.modes.scheduler_rules import batch_committed
 
 if TYPE_CHECKING:
     from harness.base.case_spec import CaseSpec
@@ -52,6 +55,15 @@ def _reserved_page_aligned(prefix: int, block: int, page_size: int) -> int:
 
 # KV slots a request holds after prepare_for_decode, its committed prefix being all it held before.
 RESERVED_LEN = since({"0.5.17": _reserved_unaligned, "0.5.19": _reserved_page_aligned})
+
+
+def reserved_lens(spec: CaseSpec, block: int) -> list[int]:
+    """Each request's reservation while a step runs on its committed prefix: reserved from the committed
+    length the scheduler built the batch on (req.kv.kv_committed_len, which "intentionally lags by one
+    iteration" under the overlap scheduler: scheduler_rules.batch_committed), not from the prefix the step
+    in flight committed; the two differ past the non-overlap wall only."""
+    return [RESERVED_LEN.value(batch_committed(prefix, spec.model_context_len), block, spec.page_size)
+            for prefix in spec.prefix_lens]
 
 
 class DFlashVerify(WindowedMode):
@@ -86,7 +98,7 @@ class DFlashVerify(WindowedMode):
                     speculative_num_draft_tokens=self.num_draft_tokens(spec))
 
     def row_lens(self, spec: CaseSpec) -> list[int]:
-        return [RESERVED_LEN.value(p, self.num_draft_tokens(spec), spec.page_size) for p in spec.prefix_lens]
+        return reserved_lens(spec, self.num_draft_tokens(spec))
 
     def query_tokens(self, spec: CaseSpec) -> list[int]:
         return [self.num_draft_tokens(spec)] * spec.bs
@@ -112,7 +124,7 @@ class DFlashVerify(WindowedMode):
         block = self.num_draft_tokens(spec)
         if spec.host_mirrors == "full":
             return [p + block for p in spec.prefix_lens]
-        return [RESERVED_LEN.value(p, block, spec.page_size) for p in spec.prefix_lens]
+        return reserved_lens(spec, block)
 
     def forward_batch(self, state, steps: list[ForwardStep]):
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode

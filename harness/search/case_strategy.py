@@ -32,7 +32,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from harness.case.scheduler_rules import max_committed_prefix
+from harness.modes.scheduler_rules import max_committed_prefix
 from harness.base.case_spec import CaseSpec, HostMirrors, KvLayout, PadStyle
 from harness.case.cases import spec_from_fields, spec_problem
 from harness.cell.cell_matrix import combination_skip_reason

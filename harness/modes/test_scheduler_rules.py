@@ -16,7 +16,7 @@ import pytest
 from harness.case.cases import spec_from_fields
 from harness.modes import MODES
 from harness.base.releases import installed
-from harness.case.scheduler_rules import batch_committed, decode_reserve, max_committed_prefix, reserved_row_len
+from harness.modes.scheduler_rules import batch_committed, decode_reserve, max_committed_prefix, reserved_row_len
 from harness.fixtures.sglang_env import server_fields, sglang_state
 
 
