@@ -133,6 +133,17 @@ def device_description() -> dict[str, str | None]:
 
 
 @functools.cache
+def sm_count() -> int:
+    """Streaming multiprocessors of the GPU torch calls device 0 (0 without a GPU): backends size buffers
+    by it (Triton's MLA decode splits)."""
+    if not HAS_GPU:
+        return 0
+    import torch
+
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+@functools.cache
 def compute_capability() -> tuple[int, int]:
     """(major, minor) of the GPU torch calls device 0, read once per process from nvidia-smi where
     it can say: the generated tier draws in processes forked from the controller, whose CUDA has

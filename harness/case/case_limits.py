@@ -19,6 +19,7 @@ from harness.runners import GRAPH_RUNNER_NAMES
 from harness.modes.scheduler_rules import IN_FLIGHT_BELOW_MAX_REQ_LEN, max_committed_prefix
 
 if TYPE_CHECKING:
+    from harness.families.base import LayerShape
     from harness.modes.base import SpecMode
 
 
@@ -134,6 +135,7 @@ def cell_memory_budget() -> int:
 
 
 INDEX_BYTES = 8  # sglang's CUDA-graph kv_indices are int64
+TRITON_LOGITS = "cuda_graph_attn_logits"  # TritonAttnBackend's decode-kernel logits, eager and in graphs
 TRITON_KV_SPLITS = 8  # harness/fixtures/sglang_env.py sets triton_attention_num_kv_splits
 
 
@@ -158,6 +160,16 @@ class CellSizes:
     context_len: int
     graph_steps: int  # rows of a multi-step draft's shared kv_indices: one per draft step (1 otherwise)
     dtype_bytes: int
+    shape: "LayerShape"  # the family's layer: what the pool keeps a token, heads, the value dims
+    triton_kv_splits: int  # Triton's max_kv_splits for the case on this machine (the family's rule); 0 where
+    # no backend of the case keeps Triton's logits buffers (none lists cuda_graph_attn_logits)
+    eager_decode_bs: int  # requests of an eager decode-kernel forward (draft decode), 0 when none runs
+
+
+def _triton_logits(s: CellSizes, tokens: int) -> int:
+    """A Triton decode-kernel logits buffer for ``tokens`` query rows: [tokens, heads, max_kv_splits,
+    v_head_dim] fp32 (init_cuda_graph_state's cuda_graph_attn_logits; init_forward_metadata's attn_logits)."""
+    return tokens * s.shape.num_heads * s.triton_kv_splits * s.shape.v_head_dim * 4
 
 
 def _triton_window_indices(s: CellSizes) -> int:
@@ -170,9 +182,9 @@ def _triton_window_indices(s: CellSizes) -> int:
 
 
 BUFFERS = (
-    Buffer("the KV pool and the harness's copy of it (row tokens x 1.25 spare x num_kv_heads x "
-           "head_dim x K and V x 2 copies)",
-           lambda s: int(s.row_tokens * 1.25) * s.spec.num_kv_heads * s.spec.head_dim * 2 * 2 * s.dtype_bytes,
+    Buffer("the KV pool and the harness's copy of it (row tokens x 1.25 spare x what the family's pool keeps "
+           "a token x 2 copies)",
+           lambda s: int(s.row_tokens * 1.25) * s.shape.pool_dims * 2 * s.dtype_bytes,
            "prefix_lens"),
     Buffer("req_to_token (pool rows x context_len x int32)",
            lambda s: (3 * max(s.spec.bs, s.graph_bs) + 1) * s.context_len * 4, "context_len"),
@@ -185,10 +197,12 @@ BUFFERS = (
            "request x the window x int64; a multi-step draft's step backends each copy their kv_indices row)",
            _triton_window_indices, "capture_bs"),
     Buffer("Triton's CUDA-graph attention logits (capture size x rows x tokens per request x num_heads x "
-           f"{TRITON_KV_SPLITS} splits x head_dim x fp32, per step backend)",
-           lambda s: max(s.graph_steps - 1, 1) * s.graph_bs * s.rows_per_request * s.tokens_per_request
-           * s.spec.num_heads
-           * TRITON_KV_SPLITS * s.spec.head_dim * 4, "capture_bs"),
+           "max_kv_splits x v_head_dim x fp32, per step backend)",
+           lambda s: max(s.graph_steps - 1, 1) * _triton_logits(s, s.graph_bs * s.rows_per_request
+                                                                * s.tokens_per_request), "capture_bs"),
+    Buffer("Triton's eager decode logits (bs x tokens per request x num_heads x max_kv_splits x v_head_dim x "
+           "fp32, one per draft step: a multi-step draft builds every step's metadata at once)",
+           lambda s: s.graph_steps * _triton_logits(s, s.eager_decode_bs * s.tokens_per_request), "bs"),
 )
 
 
@@ -196,9 +210,14 @@ def largest_cell_sizes(mode: "SpecMode", spec: CaseSpec) -> CellSizes:
     """The sizes of the case's largest cell: its largest capture size, padded with small_real rows."""
     import torch
 
+    from harness.base import platform
+    from harness.families import FAMILIES
+
     rows = mode.row_lens(spec)
     graph = any(runner in GRAPH_RUNNER_NAMES for runner in spec.runners)
+    eager = any(runner not in GRAPH_RUNNER_NAMES for runner in spec.runners)
     page = spec.page_size
+    family = FAMILIES[spec.family]
     return CellSizes(
         spec=spec, row_tokens=sum(-(-row // page) * page for row in rows),
         graph_bs=max(spec.capture_sizes) if graph else 0, rows_per_request=mode.rows_per_request(spec),
@@ -206,6 +225,11 @@ def largest_cell_sizes(mode: "SpecMode", spec: CaseSpec) -> CellSizes:
         context_len=spec.model_context_len,
         graph_steps=spec.num_steps if mode.backend_role == "draft_multi_step" else 1,
         dtype_bytes=torch.finfo(getattr(torch, spec.dtype)).bits // 8,
+        shape=family.shape(spec),
+        triton_kv_splits=family.triton_kv_splits(spec, TRITON_KV_SPLITS, platform.sm_count()) if any(
+            TRITON_LOGITS in family.backends[name].graph_buffers.value for name in spec.backends
+            if name in family.backends) else 0,
+        eager_decode_bs=spec.bs if eager and mode.forward_mode == "DECODE" else 0,
     )
 
 

@@ -32,6 +32,7 @@ class LayerShape:
     qk_head_dim: int  # what each query and key head carries
     v_head_dim: int  # what each value head, and each output head, carries
     scale: float  # the softmax scale the model gives the layer
+    pool_dims: int  # values sglang's KV pool keeps a token, all heads (dense: K and V; MLA: latent + rope key)
 
 
 class AttentionFamily(Protocol):
@@ -41,6 +42,7 @@ class AttentionFamily(Protocol):
     unserved_modes: dict[str, str]  # forward modes sglang never runs with this family, and why, from its source
 
     def shape(self, spec: CaseSpec) -> LayerShape: ...
+    def triton_kv_splits(self, spec: CaseSpec, setting: int, sm_count: int) -> int: ...  # Triton's max_kv_splits
     def validate(self, spec: CaseSpec) -> str | None: ...  # "field: what is wrong", or None
     def build_state(self, spec: CaseSpec, layout: SlotLayout, row_lens: list[int], device: str,
                     server_args) -> BatchState: ...

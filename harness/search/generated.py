@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.internal.constants_ast import Constants
 
+from harness.base import platform
 from harness.search.case_strategy import DrawnCase, drawn_cases
 from harness.case.case_traits import remember_traits, traits_of
 from harness.base.case_spec import Case, CaseSpec
@@ -126,6 +127,7 @@ def seed_passes(profile: DrawProfile, seed: int, processes: int = 1
     if processes <= 1:
         yield from ((number, _one_pass(profile, seed, number)) for number in numbers)
         return
+    platform.sm_count()  # read here, where CUDA may start: a forked copy cannot start it (the draws' memory caps)
     with multiprocessing.get_context("fork").Pool(processes) as pool:
         yield from zip(numbers, pool.imap(functools.partial(_one_pass, profile, seed), numbers))
 

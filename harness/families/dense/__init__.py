@@ -24,7 +24,12 @@ class DenseFamily:
     unserved_modes: dict[str, str] = {}
 
     def shape(self, spec: CaseSpec) -> LayerShape:
-        return LayerShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.head_dim, spec.head_dim ** -0.5)
+        return LayerShape(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.head_dim, spec.head_dim ** -0.5,
+                          pool_dims=2 * spec.num_kv_heads * spec.head_dim)
+
+    def triton_kv_splits(self, spec: CaseSpec, setting: int, sm_count: int) -> int:
+        """TritonAttnBackend keeps --triton-attention-num-kv-splits for dense attention."""
+        return setting
 
     def validate(self, spec: CaseSpec) -> str | None:
         if spec.model:

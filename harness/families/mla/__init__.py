@@ -67,7 +67,19 @@ class MlaFamily:
 
     def shape(self, spec: CaseSpec) -> LayerShape:
         model = _model(spec)
-        return LayerShape(spec.num_heads, 1, model.cache_dim, model.kv_lora_rank, model.scale)
+        return LayerShape(spec.num_heads, 1, model.cache_dim, model.kv_lora_rank, model.scale, pool_dims=model.cache_dim)
+
+    def triton_kv_splits(self, spec: CaseSpec, setting: int, sm_count: int) -> int:
+        """TritonAttnBackend raises an MLA model's max_kv_splits by sglang's own rule
+        (_mla_decode_kv_splits_cap, both releases): up to the SM count rounded up to a power of two, within
+        the context's 32-token blocks; 256 on an H100/H200 from a 4K context, the setting on a CPU (no SMs).
+        Every decode-kernel logits buffer grows with it. Without SMs the rule's first line keeps the setting;
+        asked here first, so that loading case files off a GPU does not import Triton's backend (7 s)."""
+        if sm_count <= 0:
+            return setting
+        from sglang.srt.layers.attention.triton_backend import _mla_decode_kv_splits_cap
+
+        return _mla_decode_kv_splits_cap(setting, sm_count, spec.model_context_len)
 
     def validate(self, spec: CaseSpec) -> str | None:
         if spec.model not in MODELS:
