@@ -227,9 +227,9 @@ GPU = DrawProfile(
 SCALE_CELL_GIB = 6
 SCALE_WORKERS = 8
 
-# Production scale on one GPU (`--generated-profile scale`, run with CELL_MEMORY_ENV=SCALE_CELL_GIB and
-# SCALE_WORKERS workers): batches to 1,024 (eager above the largest capture size), req_to_token rows of
-# 32K, 128K and 256K tokens, trees to topk 8 and 7 steps, and a batch's KV in the millions of tokens where the
+# Production scale on one GPU (`--generated-profile scale`, whose run takes SCALE_CELL_GIB as the loader's
+# CELL_MEMORY_ENV budget, with SCALE_WORKERS workers): batches to 1,024 (eager above the largest capture
+# size), req_to_token rows of 32K, 128K and 256K tokens, trees to topk 8 and 7 steps, and a batch's KV in the millions of tokens where the
 # shard's KV is small (a 1-KV-head shard's token costs 1.25 KiB of pool and copy). Served shapes and
 # dtypes, as the GPU profile draws them.
 SCALE = DrawProfile(
@@ -245,7 +245,7 @@ SCALE = DrawProfile(
                "eagerly, as sglang runs them, up to max_running_requests"),
     max_capture_bs=GPU.max_capture_bs,
     max_pool_bytes=Cap(SCALE_CELL_GIB * GIB, f"{SCALE_WORKERS} workers on one H200 (139 GiB); the case loader "
-                       f"takes it with {CELL_MEMORY_ENV}={SCALE_CELL_GIB}"),
+                       f"takes it as {CELL_MEMORY_ENV} from the profile"),
     max_attention_macs=Cap(2_000_000_000_000, "the float64 reference runs on the GPU, in 256 MiB chunks: "
                            "about a second"),
     max_reference_query_bytes=Cap(4 * GIB, "the reference expands one query's K/V to float64: a 256K row "

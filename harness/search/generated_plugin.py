@@ -15,6 +15,7 @@ and leaves it on config._attn_generated for the run record (run.json).
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness.base import platform
+from harness.case.case_limits import CELL_MEMORY_ENV, cell_memory_budget
 from harness.case.cases import fields_of
 from harness.cell.cell_matrix import case_file_rerun, collectable, expand_cells, in_shard, patch_args, repo_path
 from harness.search.draw_caps import PROFILES
@@ -163,9 +165,21 @@ DRAWS_WAIT_S = 0.05  # how often a worker looks for them
 
 def pytest_configure(config):
     """A controller removes a draws file an earlier run left in its run folder (one reused through
-    ATTN_HARNESS_RUN_ID) before any worker starts: a worker would read it as this run's draws."""
+    ATTN_HARNESS_RUN_ID) before any worker starts: a worker would read it as this run's draws. Every
+    process of a generated run takes its profile's memory budget (take_profile_budget)."""
+    if _asked(config):
+        take_profile_budget(PROFILES[_profile(config)].max_pool_bytes.limit)
     if not hasattr(config, "workerinput") and _asked(config):
         (run_dir() / DRAWS_FILE).unlink(missing_ok=True)
+
+
+def take_profile_budget(profile_bytes: int) -> None:
+    """A profile whose cells may be larger than the case loader's default per-cell budget (the scale
+    tier's) carries its own: the run sets CELL_MEMORY_ENV to it, in whole GiB, unless the user set one,
+    which stands. Without it the loader refused every draw between the two budgets and the profile's
+    stated cap never bound (the first scale run needed both settings given in step)."""
+    if CELL_MEMORY_ENV not in os.environ and profile_bytes > cell_memory_budget():
+        os.environ[CELL_MEMORY_ENV] = str(-(-profile_bytes >> 30))
 
 
 def _asked(config) -> bool:

@@ -4,6 +4,7 @@ that rerun without a draw, and shrunk."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -402,3 +403,17 @@ def test_a_failing_or_crashed_generated_cell_is_a_case_file_that_reruns_without_
     [(cell_id, cell)] = rerun_cells.items()
     assert (cell_id, cell["status"], cell["failure_class"]) == (
         failing_cell.cell_id, "failed", cells[failing_cell.cell_id]["failure_class"])
+
+
+@pytest.mark.parametrize("profile, preset, budget", [("scale", None, "6"), ("scale", "4", "4"), ("gpu", None, None)])
+def test_a_profile_with_larger_cells_brings_its_loader_budget(profile, preset, budget, monkeypatch):
+    """The scale profile draws cells up to SCALE_CELL_GIB, over the loader's default budget: its run takes that
+    budget unless the user set one; the GPU profile's fits the default and sets nothing."""
+    from harness.case.case_limits import CELL_MEMORY_ENV
+    from harness.search.generated_plugin import take_profile_budget
+
+    monkeypatch.delenv(CELL_MEMORY_ENV, raising=False)
+    if preset:
+        monkeypatch.setenv(CELL_MEMORY_ENV, preset)
+    take_profile_budget(PROFILES[profile].max_pool_bytes.limit)
+    assert os.environ.get(CELL_MEMORY_ENV) == budget
