@@ -211,7 +211,7 @@ def largest_cell_sizes(mode: "SpecMode", spec: CaseSpec) -> CellSizes:
     import torch
 
     from harness.base import platform
-    from harness.families import FAMILIES
+    from harness.families import BACKENDS, FAMILIES
 
     rows = mode.row_lens(spec)
     graph = any(runner in GRAPH_RUNNER_NAMES for runner in spec.runners)
@@ -227,8 +227,7 @@ def largest_cell_sizes(mode: "SpecMode", spec: CaseSpec) -> CellSizes:
         dtype_bytes=torch.finfo(getattr(torch, spec.dtype)).bits // 8,
         shape=family.shape(spec),
         triton_kv_splits=family.triton_kv_splits(spec, TRITON_KV_SPLITS, platform.sm_count()) if any(
-            TRITON_LOGITS in family.backends[name].graph_buffers.value for name in spec.backends
-            if name in family.backends) else 0,
+            TRITON_LOGITS in BACKENDS[name].graph_buffers.value for name in spec.backends) else 0,
         eager_decode_bs=spec.bs if eager and mode.forward_mode == "DECODE" else 0,
     )
 

@@ -68,14 +68,15 @@ def fa3_mla_paged_tma_tail(case: Case) -> bool:
     forward_mode, tree = MODES[case.mode].forward_mode, spec.topk > 1
     if tree and forward_mode == "DECODE":
         return False
+    prefix_call = tree and forward_mode == "TARGET_VERIFY"
     for step in MODES[case.mode].steps(spec):
         rows = Counter(query.request for query in step.queries)
         if max(rows.values(), default=0) * spec.num_heads <= FA3_MLA_TILE:
             continue
-        ends = {query.request: query.spans[-1][1] for query in step.queries if query.spans}
-        if tree and forward_mode == "TARGET_VERIFY":
-            ends = dict(enumerate(spec.prefix_lens))
-        if any(end % spec.page_size for end in ends.values()):
+        # a request's keys end where its last query's do (a step lists each request's queries in order)
+        ends = spec.prefix_lens if prefix_call else {
+            query.request: query.spans[-1][1] for query in step.queries if query.spans}.values()
+        if any(end % spec.page_size for end in ends):
             return True
     return False
 

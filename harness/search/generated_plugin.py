@@ -167,9 +167,10 @@ def pytest_configure(config):
     """A controller removes a draws file an earlier run left in its run folder (one reused through
     ATTN_HARNESS_RUN_ID) before any worker starts: a worker would read it as this run's draws. Every
     process of a generated run takes its profile's memory budget (take_profile_budget)."""
-    if _asked(config):
-        take_profile_budget(PROFILES[_profile(config)].max_pool_bytes.limit)
-    if not hasattr(config, "workerinput") and _asked(config):
+    if not _asked(config):
+        return
+    take_profile_budget(PROFILES[_profile(config)].max_pool_bytes.limit)
+    if not hasattr(config, "workerinput"):
         (run_dir() / DRAWS_FILE).unlink(missing_ok=True)
 
 
